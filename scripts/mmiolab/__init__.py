@@ -1,0 +1,6 @@
+"""Host-side tooling of the mmiolab kit (standard library only; run with /usr/bin/python3)."""
+
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("MMIOLAB_BUILD", os.path.join(ROOT, "build"))
