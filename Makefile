@@ -1,0 +1,46 @@
+# mmiolab: the whole interface. `make demo` shows the kit end to end,
+# `make check` runs the test suite. Everything generated goes to build/.
+
+PY := /usr/bin/python3
+KIT := $(PY) scripts/kit
+SPHINX := $(PY) -m sphinx -W --keep-going -n -q
+
+.PHONY: all demo check deps kernel initramfs vm docs smoke clean help
+
+all: kernel initramfs
+
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+## make demo        install what is missing, build everything, boot the lab VM, show the kit
+demo: deps
+	@$(PY) scripts/demo
+
+## make check       the whole test suite (last line: N passed, N failed)
+check: kernel initramfs
+	@$(PY) tests/run
+
+## make deps        install missing Debian packages
+deps:
+	@scripts/deps
+
+## make kernel      unpack, patch and build the lab kernel (build/kernel)
+kernel:
+	@$(KIT) kernel
+
+## make initramfs   busybox-static initramfs with the guest helpers (build/initramfs)
+initramfs:
+	@$(KIT) initramfs
+
+## make vm          the interactive lab VM (leave with Ctrl-A X)
+vm: kernel initramfs
+	@$(KIT) vm
+
+## make docs        render the HTML docs into build/docs/html
+docs:
+	@$(SPHINX) -b html -d build/docs/doctrees -c . Documentation build/docs/html
+	@echo "mmiolab: docs: file://$(CURDIR)/build/docs/html/index.html"
+
+## make clean       remove build/ (generated files only)
+clean:
+	rm -rf build

@@ -1,0 +1,172 @@
+"""Build the guest's initramfs: busybox-static, /init and static C helpers.
+
+The archive is written in the kernel's "newc" cpio format by a small writer of
+our own, so that device nodes (/dev/console) can be made without root and the
+output is byte-for-byte reproducible. The same writer makes the small per-run
+overlays (a job script, modules, test programs) that the VM launcher appends
+to the base archive: the kernel unpacks concatenated archives in order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import stat
+import subprocess
+from dataclasses import dataclass, field
+
+from . import BUILD, ROOT
+from .progress import step
+
+BUSYBOX = "/bin/busybox"
+VM_DIR = os.path.join(ROOT, "vm")
+GUEST_SRC = os.path.join(VM_DIR, "guest")
+OUT_DIR = os.path.join(BUILD, "initramfs")
+BASE = os.path.join(OUT_DIR, "base.cpio.gz")
+
+
+class InitramfsError(Exception):
+    """The initramfs could not be built (missing busybox, a helper failed to compile)."""
+
+
+@dataclass
+class Entry:
+    path: str               # absolute guest path
+    mode: int               # full st_mode, type bits included
+    data: bytes = b""
+    rdev: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class Archive:
+    """An in-memory cpio archive; parents of added files are created implicitly."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def _parents(self, path: str) -> None:
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and parent not in self.entries:
+            self.entries[parent] = Entry(parent, stat.S_IFDIR | 0o755)
+            parent = os.path.dirname(parent)
+
+    def dir(self, path: str, mode: int = 0o755) -> None:
+        self._parents(path)
+        self.entries[path] = Entry(path, stat.S_IFDIR | mode)
+
+    def file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._parents(path)
+        self.entries[path] = Entry(path, stat.S_IFREG | mode, data)
+
+    def host_file(self, path: str, host_path: str, mode: int | None = None) -> None:
+        with open(host_path, "rb") as f:
+            data = f.read()
+        if mode is None:
+            mode = 0o755 if os.access(host_path, os.X_OK) else 0o644
+        self.file(path, data, mode)
+
+    def symlink(self, path: str, target: str) -> None:
+        self._parents(path)
+        self.entries[path] = Entry(path, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, path: str, major: int, minor: int, mode: int = 0o600) -> None:
+        self._parents(path)
+        self.entries[path] = Entry(path, stat.S_IFCHR | mode, rdev=(major, minor))
+
+    def to_bytes(self) -> bytes:
+        out = io.BytesIO()
+        ino = 1
+        # Parents sort before their children, as the kernel needs.
+        for path in sorted(self.entries):
+            e = self.entries[path]
+            _write_member(out, ino, path.lstrip("/"), e.mode, e.data, e.rdev)
+            ino += 1
+        _write_member(out, 0, "TRAILER!!!", 0, b"", (0, 0))
+        pad = -out.tell() % 512
+        out.write(b"\0" * pad)
+        return out.getvalue()
+
+
+def _write_member(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes,
+                  rdev: tuple[int, int]) -> None:
+    fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1],
+              len(name) + 1, 0]
+    out.write(b"070701" + b"".join(b"%08X" % v for v in fields))
+    out.write(name.encode() + b"\0")
+    out.write(b"\0" * (-out.tell() % 4))
+    out.write(data)
+    out.write(b"\0" * (-out.tell() % 4))
+
+
+def compile_static(src: str, out: str) -> None:
+    """Compile one guest helper as a static binary (guest programs are C)."""
+    cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", "-o", out, src]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")
+
+
+def guest_helpers() -> dict[str, str]:
+    """Compile vm/guest/*.c to build/initramfs/bin/; returns {name: path}."""
+    bindir = os.path.join(OUT_DIR, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    built = {}
+    for name in sorted(os.listdir(GUEST_SRC)):
+        if not name.endswith(".c"):
+            continue
+        src = os.path.join(GUEST_SRC, name)
+        out = os.path.join(bindir, name[:-2])
+        if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
+            compile_static(src, out)
+        built[name[:-2]] = out
+    return built
+
+
+def base_archive() -> Archive:
+    if not os.path.exists(BUSYBOX):
+        raise InitramfsError(f"{BUSYBOX} is missing: run 'make deps' (package busybox-static)")
+    a = Archive()
+    for d in ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/proc", "/sys", "/dev", "/tmp",
+              "/root", "/etc", "/job", "/lib/modules"):
+        a.dir(d)
+    a.chardev("/dev/console", 5, 1)
+    a.chardev("/dev/null", 1, 3, 0o666)
+    a.host_file("/bin/busybox", BUSYBOX, 0o755)
+    a.host_file("/init", os.path.join(VM_DIR, "init"), 0o755)
+    a.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+    a.file("/etc/group", b"root:x:0:\n")
+    a.file("/etc/profile", b"export PS1='mmiolab:\\w# '\nexport PATH=/bin:/sbin:/usr/bin\n")
+    for name, path in guest_helpers().items():
+        a.host_file(f"/bin/{name}", path, 0o755)
+    return a
+
+
+def build() -> str:
+    """Write build/initramfs/base.cpio.gz if its content changed; returns its path."""
+    with step("initramfs"):
+        data = base_archive().to_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        stamp = BASE + ".sha256"
+        if os.path.exists(BASE) and os.path.exists(stamp) and open(stamp).read() == digest:
+            return BASE
+        os.makedirs(OUT_DIR, exist_ok=True)
+        tmp = BASE + ".tmp"
+        with open(tmp, "wb") as f:
+            # mtime=0: the same inputs give the same bytes.
+            f.write(gzip.compress(data, compresslevel=6, mtime=0))
+        os.replace(tmp, BASE)
+        with open(stamp, "w") as f:
+            f.write(digest)
+    return BASE
+
+
+def with_overlay(base: str, overlay: Archive, out: str) -> str:
+    """Write base + overlay as one initrd file (the kernel unpacks both, in order)."""
+    with open(base, "rb") as f:
+        data = f.read()
+    data += b"\0" * (-len(data) % 4)    # an uncompressed archive must start 4-aligned
+    with open(out, "wb") as f:
+        f.write(data)
+        f.write(overlay.to_bytes())
+    return out

@@ -1,0 +1,206 @@
+"""Unpack, patch, configure and build the lab kernel.
+
+The tree comes from Debian's linux-source-6.1 tarball and is never edited by
+hand: patches/series is the source of truth. A stamp records what the tree and
+the build were made from, so that a re-run with nothing changed does nothing,
+and a changed series is applied to a fresh tree (ccache keeps that rebuild
+short).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+
+from . import BUILD, ROOT
+from .progress import CommandError, run_logged, say, step
+
+TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.1.tar.xz")
+PATCHES = os.path.join(ROOT, "patches")
+FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
+KDIR = os.path.join(BUILD, "kernel")
+SRC = os.path.join(KDIR, "src")
+OBJ = os.path.join(KDIR, "obj")
+STAMP = os.path.join(KDIR, "stamp.json")
+BZIMAGE = os.path.join(OBJ, "arch", "x86", "boot", "bzImage")
+# Fixed build identity: identical inputs give identical compiler command lines,
+# which is what lets ccache hit across clones and re-unpacked trees.
+BUILD_ENV = {
+    "KBUILD_BUILD_TIMESTAMP": "2026-01-01",
+    "KBUILD_BUILD_USER": "mmiolab",
+    "KBUILD_BUILD_HOST": "mmiolab",
+    "CCACHE_BASEDIR": ROOT,
+    "CCACHE_NOHASHDIR": "true",
+    "CCACHE_SLOPPINESS": "time_macros",
+}
+
+
+class PatchError(Exception):
+    """A patch of the series does not apply cleanly (no fuzz allowed)."""
+
+
+class ConfigError(Exception):
+    """The config fragment asks for options the resulting .config does not have."""
+
+
+def series(patch_dir: str = PATCHES) -> list[str]:
+    path = os.path.join(patch_dir, "series")
+    if not os.path.exists(path):
+        return []
+    names = []
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                names.append(line)
+    return names
+
+
+def _digest(paths: list[str], extra: str = "") -> str:
+    h = hashlib.sha256(extra.encode())
+    for p in paths:
+        h.update(p.encode())
+        with open(p, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def source_digest(patch_dir: str = PATCHES) -> str:
+    st = os.stat(TARBALL)
+    names = series(patch_dir)
+    return _digest([os.path.join(patch_dir, "series")] if names else [],
+                   f"{TARBALL}:{st.st_size}:{int(st.st_mtime)}") + ":" + \
+        _digest([os.path.join(patch_dir, n) for n in names])
+
+
+def config_digest() -> str:
+    return _digest([FRAGMENT])
+
+
+def _load_stamp() -> dict:
+    try:
+        with open(STAMP) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_stamp(stamp: dict) -> None:
+    tmp = STAMP + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(stamp, f, indent=1)
+    os.replace(tmp, STAMP)
+
+
+def unpack(dest: str) -> None:
+    """Unpack the Debian tarball so that its top folder becomes dest."""
+    if not os.path.exists(TARBALL):
+        raise FileNotFoundError(f"{TARBALL} is missing: run 'make deps' (package linux-source-6.1)")
+    parent = os.path.dirname(dest)
+    tmp = dest + ".unpack"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    subprocess.run(["tar", "-xf", TARBALL, "-C", tmp], check=True)
+    (top,) = os.listdir(tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(os.path.join(tmp, top), dest)
+    os.rmdir(tmp)
+    assert os.path.dirname(dest) == parent
+
+
+def apply_series(tree: str, patch_dir: str = PATCHES) -> int:
+    """Apply every patch of the series without fuzz; PatchError names the one that fails."""
+    names = series(patch_dir)
+    for n, name in enumerate(names, 1):
+        path = os.path.join(patch_dir, name)
+        if not os.path.exists(path):
+            raise PatchError(f"patch {n}/{len(names)} {name}: listed in series but missing")
+        cmd = ["patch", "-p1", "-F0", "-N", "-s", "--no-backup-if-mismatch", "-i", path]
+        res = subprocess.run(cmd + ["--dry-run"], cwd=tree, capture_output=True, text=True)
+        if res.returncode:
+            raise PatchError(f"patch {n}/{len(names)} {name} does not apply to "
+                             f"{os.path.basename(TARBALL)}:\n{res.stdout}{res.stderr}")
+        subprocess.run(cmd, cwd=tree, check=True, capture_output=True)
+    return len(names)
+
+
+def make_cmd(*targets: str, jobs: int | None = None) -> list[str]:
+    jobs = jobs or (os.cpu_count() or 1) + 1
+    cc = "ccache gcc" if shutil.which("ccache") else "gcc"
+    return ["make", "-C", SRC, f"O={OBJ}", f"-j{jobs}", f"CC={cc}", f"HOSTCC={cc}", *targets]
+
+
+def build_env() -> dict[str, str]:
+    return {**os.environ, **BUILD_ENV}
+
+
+def configure() -> None:
+    os.makedirs(OBJ, exist_ok=True)
+    env = {**build_env(), "KCONFIG_ALLCONFIG": FRAGMENT}
+    run_logged(make_cmd("allnoconfig"), os.path.join(KDIR, "config.log"), "configure", env=env)
+    check_config(os.path.join(OBJ, ".config"), FRAGMENT)
+
+
+def check_config(config: str, fragment: str) -> None:
+    """Every option the fragment sets must have survived Kconfig's dependency rules."""
+    have = {}
+    with open(config) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("CONFIG_"):
+                k, v = line.split("=", 1)
+                have[k] = v
+            elif line.startswith("# CONFIG_") and line.endswith(" is not set"):
+                have[line[2:-11]] = "n"
+    lost = []
+    with open(fragment) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("CONFIG_"):
+                k, v = line.split("=", 1)
+                if have.get(k, "n") != v:
+                    lost.append(f"{k}={v} (got {have.get(k, 'n')})")
+    if lost:
+        raise ConfigError("the kernel config lost options from " +
+                          os.path.relpath(fragment, ROOT) + ":\n  " + "\n  ".join(lost))
+
+
+def build(force: bool = False) -> str:
+    """Bring build/kernel up to date with patches/ and vm/kernel.config; returns bzImage."""
+    stamp = _load_stamp()
+    src_d, cfg_d = source_digest(), config_digest()
+    if force or stamp.get("source") != src_d or not os.path.isdir(SRC):
+        with step("kernel: unpack and patch"):
+            stamp = {}
+            os.makedirs(KDIR, exist_ok=True)
+            unpack(SRC)
+            n = apply_series(SRC)
+            say(f"applied {n} patches from patches/series")
+        stamp["source"] = src_d
+        _save_stamp(stamp)
+    # The series may add Kconfig options, so a new tree is configured anew.
+    cfg_d = src_d + cfg_d
+    if stamp.get("config") != cfg_d or not os.path.exists(os.path.join(OBJ, ".config")):
+        with step("kernel: configure"):
+            configure()
+        stamp["config"] = cfg_d
+        stamp.pop("built", None)
+        _save_stamp(stamp)
+    want = cfg_d
+    if stamp.get("built") == want and os.path.exists(BZIMAGE):
+        say("kernel: up to date")
+        return BZIMAGE
+    with step("kernel: build (full log: build/kernel/build.log)"):
+        run_logged(make_cmd("bzImage", "modules"), os.path.join(KDIR, "build.log"),
+                   "kernel build", env=build_env(), count_prefix="  CC")
+    stamp["built"] = want
+    _save_stamp(stamp)
+    return BZIMAGE
+
+
+__all__ = ["build", "apply_series", "unpack", "series", "PatchError", "ConfigError",
+           "CommandError", "SRC", "OBJ", "BZIMAGE"]

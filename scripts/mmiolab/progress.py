@@ -1,0 +1,76 @@
+"""Progress for long steps: which step, how long so far; full output goes to a log."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+def say(msg: str) -> None:
+    print(f"mmiolab: {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def step(name: str):
+    t0 = time.monotonic()
+    say(f"{name} ...")
+    try:
+        yield
+    except BaseException:
+        say(f"{name} FAILED after {time.monotonic() - t0:.1f}s")
+        raise
+    say(f"{name} done in {time.monotonic() - t0:.1f}s")
+
+
+class CommandError(Exception):
+    """A logged command failed; the message names the log and shows its tail."""
+
+
+def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
+               env: dict[str, str] | None = None, count_prefix: str | None = None,
+               tail: int = 40) -> None:
+    """Run cmd with its output in log, printing a one-line progress every few seconds.
+
+    count_prefix: lines of output starting with it are counted and shown
+    (e.g. '  CC' for a kernel build), so the user sees it advance.
+    """
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    t0 = time.monotonic()
+    count = 0
+    tty = sys.stdout.isatty()
+    done = threading.Event()
+
+    def ticker():
+        last = 0.0
+        while not done.wait(1.0):
+            el = time.monotonic() - t0
+            if tty or el - last >= 30:
+                last = el
+                msg = f"mmiolab: {label}: {int(el) // 60}m{int(el) % 60:02d}s"
+                if count_prefix:
+                    msg += f", {count} files compiled"
+                print(("\r" + msg + "   ") if tty else msg, end="" if tty else "\n", flush=True)
+
+    th = threading.Thread(target=ticker, daemon=True)
+    th.start()
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout
+        for line in proc.stdout:
+            lf.write(line)
+            if count_prefix and line.startswith(count_prefix):
+                count += 1
+        rc = proc.wait()
+    done.set()
+    th.join()
+    if tty:
+        print()
+    if rc:
+        with open(log, errors="replace") as lf:
+            lines = lf.readlines()[-tail:]
+        raise CommandError(f"{label} failed (exit {rc}); last lines of {log}:\n" + "".join(lines))

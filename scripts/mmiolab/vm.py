@@ -1,0 +1,292 @@
+"""Launch the lab guest in QEMU: batch runs for tests and grading, or interactive.
+
+A batch run boots the patched kernel with the base initramfs plus a per-run
+overlay (the job script and its files), waits for the guest's exit status
+(isa-debug-exit), and classifies the outcome: exited, panic, hang, flood,
+no-status (the guest went down without reporting) or qemu-error. The serial
+console is kept in a log; a second serial port (/dev/ttyS1 in the guest) is
+the harness channel, kept apart from kernel messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import BUILD
+from .initramfs import BASE, Archive, with_overlay
+
+QEMU = "qemu-system-x86_64"
+QBOOT = "/usr/share/qemu/qboot.rom"
+KERNEL = os.path.join(BUILD, "kernel", "obj", "arch", "x86", "boot", "bzImage")
+DEBUG_EXIT = "isa-debug-exit,iobase=0xf4,iosize=0x04"
+PANIC_MARK = "Kernel panic - not syncing"
+BASE_APPEND = ["console=ttyS0", "panic=-1", "oops=panic", "panic_on_warn=0",
+               "loglevel=4", "tsc=reliable", "no_timer_check"]
+
+
+class VMError(Exception):
+    """The VM could not be started at all (no kernel, no QEMU)."""
+
+
+@dataclass
+class VMConfig:
+    kernel: str = KERNEL
+    initrd: str = BASE
+    smp: int = int(os.environ.get("MMIOLAB_SMP", "2"))
+    memory: str = os.environ.get("MMIOLAB_MEM", "512M")
+    append: list[str] = field(default_factory=list)
+    timeout: float = 120.0
+    accel: str = os.environ.get("MMIOLAB_ACCEL", "auto")   # auto | kvm | tcg
+    console_cap: int = 4 << 20
+
+
+@dataclass
+class RunResult:
+    status: str                 # exited | panic | hang | flood | no-status | qemu-error
+    exit_code: int | None       # the guest command's exit status, when it exited
+    console: str
+    channel: str
+    seconds: float
+    boot_seconds: float | None  # QEMU start to the job's first line
+    accel: str
+    log: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "exited" and self.exit_code == 0
+
+    def describe(self) -> str:
+        what = {
+            "exited": f"guest command exited with status {self.exit_code}",
+            "panic": "the guest kernel panicked (oops or panic; see the console log)",
+            "hang": "the guest did not finish in time and was killed (hang)",
+            "flood": "the guest flooded the console and was stopped",
+            "no-status": "the guest went down without reporting a status",
+            "qemu-error": "QEMU failed to start",
+        }[self.status]
+        return f"{what} [{self.accel}, {self.seconds:.1f}s, log {self.log}]"
+
+
+_KVM_IOCTLS = r"""
+import fcntl, os
+fd = os.open("/dev/kvm", os.O_RDWR)
+assert fcntl.ioctl(fd, 0xAE00) == 12          # KVM_GET_API_VERSION
+vm = fcntl.ioctl(fd, 0xAE01, 0)               # KVM_CREATE_VM
+cpu = fcntl.ioctl(vm, 0xAE41, 0)              # KVM_CREATE_VCPU
+print("kvm ok")
+"""
+ACCEL_CACHE = os.path.join(BUILD, "vm", "accel.json")
+
+
+def _probe_key(cfg: VMConfig) -> str:
+    st = os.stat(cfg.kernel)
+    return f"{os.uname().release}:{st.st_size}:{int(st.st_mtime)}:{shutil.which(QEMU)}"
+
+
+def probe_kvm(cfg: VMConfig, timeout: float = 3.0) -> tuple[bool, str]:
+    """Whether KVM really runs this guest; (verdict, reason).
+
+    /dev/kvm can exist and answer ioctls, yet QEMU may abort on it or the
+    guest hang (nested hosts): so after a bounded ioctl check, boot the real
+    guest once under KVM with a short timeout. The verdict is cached in
+    build/vm/accel.json for this kernel and host.
+    """
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "/dev/kvm missing or not accessible"
+    key = _probe_key(cfg)
+    try:
+        with open(ACCEL_CACHE) as f:
+            cached = json.load(f)
+        if cached.get("key") == key:
+            return cached["kvm"], cached["reason"] + " (cached)"
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        res = subprocess.run(["/usr/bin/python3", "-c", _KVM_IOCTLS], capture_output=True,
+                             text=True, timeout=timeout)
+        ok = res.returncode == 0 and "kvm ok" in res.stdout
+        reason = "/dev/kvm ioctls work" if ok else "/dev/kvm ioctls fail"
+    except subprocess.TimeoutExpired:
+        ok, reason = False, f"/dev/kvm did not answer in {timeout:.0f}s"
+    if ok:
+        probe_cfg = VMConfig(kernel=cfg.kernel, initrd=cfg.initrd, smp=1, timeout=15)
+        res = run("true", cfg=probe_cfg, accel="kvm")
+        ok = res.ok
+        reason = "a KVM guest booted" if ok else f"a KVM guest failed: {res.status}"
+    os.makedirs(os.path.dirname(ACCEL_CACHE), exist_ok=True)
+    with open(ACCEL_CACHE, "w") as f:
+        json.dump({"key": key, "kvm": ok, "reason": reason}, f)
+    return ok, reason
+
+
+_accel_cache: dict[str, str] = {}
+
+
+def choose_accel(cfg: VMConfig) -> str:
+    """cfg.accel if forced, else KVM when the probe passes, else TCG; says which."""
+    if cfg.accel in ("kvm", "tcg"):
+        return cfg.accel
+    if "auto" not in _accel_cache:
+        ok, reason = probe_kvm(cfg)
+        _accel_cache["auto"] = "kvm" if ok else "tcg"
+        print(f"mmiolab: vm: using {'KVM' if ok else 'TCG (-accel tcg,thread=multi)'}: {reason}",
+              file=sys.stderr, flush=True)
+    return _accel_cache["auto"]
+
+
+def qemu_command(cfg: VMConfig, accel: str, initrd: str, append: list[str]) -> list[str]:
+    for path, what in ((cfg.kernel, "kernel (run 'make kernel')"),
+                       (initrd, "initramfs (run 'make initramfs')"), (QBOOT, "qboot firmware")):
+        if not os.path.exists(path):
+            raise VMError(f"missing {what}: {path}")
+    if shutil.which(QEMU) is None:
+        raise VMError(f"{QEMU} not found: run 'make deps' (package qemu-system-x86)")
+    cmd = [QEMU, "-nodefaults", "-no-reboot", "-M", "pc", "-bios", QBOOT,
+           "-smp", str(cfg.smp), "-m", cfg.memory,
+           "-kernel", cfg.kernel, "-initrd", initrd,
+           "-append", " ".join(BASE_APPEND + append),
+           "-device", DEBUG_EXIT]
+    if accel == "kvm":
+        cmd += ["-accel", "kvm", "-cpu", "host"]
+    else:
+        cmd += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    return cmd
+
+
+def run(command: str, files: dict[str, str | bytes] | None = None,
+        cfg: VMConfig | None = None, log_dir: str | None = None,
+        accel: str | None = None) -> RunResult:
+    """Boot the guest, run `command` (a shell command line) in it, power off.
+
+    files maps guest paths to host paths or bytes; they are added to the
+    initramfs for this run only.
+    """
+    cfg = cfg or VMConfig()
+    accel = accel or choose_accel(cfg)
+    log_dir = log_dir or tempfile.mkdtemp(prefix="vm-", dir=_runs_dir())
+    os.makedirs(log_dir, exist_ok=True)
+    overlay = Archive()
+    overlay.file("/job/run", ("#!/bin/sh\n" + command + "\n").encode(), 0o755)
+    for gpath, src in (files or {}).items():
+        if isinstance(src, bytes):
+            overlay.file(gpath, src, 0o755)
+        else:
+            overlay.host_file(gpath, src)
+    initrd = with_overlay(cfg.initrd, overlay, os.path.join(log_dir, "initrd.img"))
+    append = cfg.append + ["run=/job/run"]
+    try:
+        res = _run_qemu(cfg, accel, initrd, append, log_dir)
+    finally:
+        os.unlink(initrd)
+    return res
+
+
+def _runs_dir() -> str:
+    d = os.path.join(BUILD, "vm", "runs")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
+              log_dir: str) -> RunResult:
+    channel_path = os.path.join(log_dir, "channel.log")
+    console_path = os.path.join(log_dir, "console.log")
+    cmd = qemu_command(cfg, accel, initrd, append)
+    cmd += ["-display", "none",
+            "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+            "-chardev", f"file,id=ch,path={channel_path}", "-serial", "chardev:ch"]
+    with open(os.path.join(log_dir, "qemu.cmd"), "w") as f:
+        f.write(shlex.join(cmd) + "\n")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    buf = bytearray()
+    state = {"flood": False, "panic_at": None, "boot": None}
+
+    def reader():
+        assert proc.stdout
+        with open(console_path, "wb") as log:
+            while True:
+                chunk = proc.stdout.read1(65536)
+                if not chunk:
+                    break
+                if len(buf) + len(chunk) > cfg.console_cap:
+                    chunk = chunk[:max(0, cfg.console_cap - len(buf))]
+                    state["flood"] = True
+                buf.extend(chunk)
+                log.write(chunk)
+                log.flush()
+                if state["boot"] is None and b"mmiolab: running:" in buf:
+                    state["boot"] = time.monotonic() - t0
+                if state["panic_at"] is None and PANIC_MARK.encode() in buf:
+                    state["panic_at"] = time.monotonic()
+                if state["flood"]:
+                    proc.kill()
+                    break
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    deadline = t0 + cfg.timeout
+    status = None
+    while proc.poll() is None:
+        now = time.monotonic()
+        if now > deadline:
+            status = "hang"
+        elif state["panic_at"] is not None and now - state["panic_at"] > 5:
+            status = "panic"     # panic=-1 should have ended QEMU already
+        elif os.path.exists(channel_path) and os.path.getsize(channel_path) > cfg.console_cap:
+            state["flood"] = True
+        if status or state["flood"]:
+            proc.kill()
+            break
+        time.sleep(0.05)
+    rc = proc.wait()
+    th.join(timeout=5)
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    seconds = time.monotonic() - t0
+    console = buf.decode(errors="replace")
+    if stderr.strip():
+        with open(os.path.join(log_dir, "qemu.stderr"), "w") as f:
+            f.write(stderr)
+    exit_code = None
+    if status is None:
+        if state["flood"]:
+            status = "flood"
+        elif PANIC_MARK in console:
+            status = "panic"
+        elif rc & 1 and rc > 1 or rc == 1 and "mmiolab: exit status" in console:
+            status, exit_code = "exited", rc >> 1
+        elif rc == 0:
+            status = "no-status"
+        else:
+            status = "qemu-error"
+            console += f"\n[qemu exited {rc}: {stderr.strip()}]\n"
+    channel = ""
+    if os.path.exists(channel_path):
+        with open(channel_path, "rb") as f:
+            channel = f.read(cfg.console_cap).decode(errors="replace")
+    return RunResult(status, exit_code, console, channel, seconds, state["boot"], accel,
+                     console_path)
+
+
+def interactive(cfg: VMConfig | None = None) -> int:
+    """The lab VM on this terminal; Ctrl-A X leaves it. The console is also logged."""
+    cfg = cfg or VMConfig()
+    accel = choose_accel(cfg)
+    log = os.path.join(BUILD, "vm", "console.log")
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    cmd = qemu_command(cfg, accel, cfg.initrd, cfg.append)
+    cmd += ["-nographic", "-chardev", f"stdio,id=con,mux=on,signal=off,logfile={log}",
+            "-serial", "chardev:con", "-mon", "chardev=con,mode=readline"]
+    print(f"mmiolab: booting the lab VM ({accel.upper()}, {cfg.smp} CPUs); "
+          f"leave with Ctrl-A X; console log in {log}", flush=True)
+    return subprocess.call(cmd)
