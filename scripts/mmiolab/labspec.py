@@ -1,0 +1,324 @@
+"""Per-lab grading data: what a submission may contain, what the module may
+import, the limits of a run and the graded tests with their points.
+
+Each lab keeps this in ``labs/<lab>/lab.toml`` so that the grader is code and
+the lab is data (the kunit tool keeps its per-arch QEMU settings the same
+way): adding a lab, or changing its points, never touches the grader. The
+file is validated strictly on load, unknown keys included, because a typo in
+a grading table ("point = 40") must stop the instructor before a class is
+graded, not after.
+
+Schema (``schema = 1``)::
+
+    schema        = 1
+    name          = "doorbell"            # must equal the lab's folder name
+    title         = "..."                 # one line, for reports
+    module        = "ringdrv"             # kernel module name (C identifier)
+    files         = ["ringdrv.c"]         # the exact names a student may submit
+    symbols       = ["_printk", ...]      # undefined symbols the module may import;
+                                          # an entry with '*' is a glob ("__x86_indirect_thunk_*")
+    default_seeds = [1, 2, 3]             # PRNG seeds of the fabric for the race tests
+
+    [limits]                              # all optional, defaults below
+    build_timeout   = 120                 # seconds for the module build
+    run_timeout     = 90                  # seconds for the whole guest run
+    console_cap     = 1048576             # bytes of console kept; more is a flood
+    max_file_bytes  = 1048576             # per submitted file
+    max_members     = 500                 # entries of an archive submission
+    max_total_bytes = 33554432            # declared bytes of all archive members
+
+    [fabric]                              # the run's fabric, recorded in every report
+    profile   = "sn2"                     # ordered | pci | sn2
+    semantics = "2004"                    # 2004 | 5.2
+    # any further key = number/string/bool: a boot parameter of the fabric
+
+    [[tests]]                             # in report order
+    name        = "race"                  # KTAP test name: [a-z][a-z0-9_]*
+    points      = 40                      # >= 0
+    visibility  = "visible"               # visible | hidden | after_due_date | after_published
+    source      = "ktap"                  # ktap: the guest harness reports it;
+                                          # host: the grader decides it (build, console scan)
+    per_seed    = true                    # optional: repeated over the seeds
+    description = "..."
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import ROOT
+
+LABS_DIR = os.path.join(ROOT, "labs")
+SCHEMA = 1
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+SOURCES = ("ktap", "host")
+PROFILES = ("ordered", "pci", "sn2")
+SEMANTICS = ("2004", "5.2")
+BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
+
+_TEST_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SYMBOL = re.compile(r"[A-Za-z_.][A-Za-z0-9_.*]*\Z")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+_LAB_NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
+
+
+class LabSpecError(Exception):
+    """A lab.toml is missing, unreadable or does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class GradedTest:
+    """One graded test: its KTAP name, its points and who may see it."""
+    name: str
+    points: float
+    visibility: str
+    description: str
+    source: str = "ktap"
+    per_seed: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one grading run; the intake caps guard the host itself."""
+    build_timeout: float = 120.0
+    run_timeout: float = 90.0
+    console_cap: int = 1 << 20
+    max_file_bytes: int = 1 << 20
+    max_members: int = 500
+    max_total_bytes: int = 32 << 20
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """The validated contents of one labs/<lab>/lab.toml."""
+    name: str
+    title: str
+    module: str
+    files: tuple[str, ...]
+    symbols: frozenset[str]
+    default_seeds: tuple[int, ...]
+    tests: tuple[GradedTest, ...]
+    limits: Limits = field(default_factory=Limits)
+    fabric: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.points for t in self.tests)
+
+    @property
+    def ktap_tests(self) -> tuple[GradedTest, ...]:
+        """The tests the guest harness must report, in plan order."""
+        return tuple(t for t in self.tests if t.source == "ktap")
+
+    def test(self, name: str) -> GradedTest:
+        for t in self.tests:
+            if t.name == name:
+                return t
+        raise KeyError(f"lab {self.name} has no test {name!r}")
+
+    def symbol_allowed(self, symbol: str) -> bool:
+        if symbol in self.symbols:
+            return True
+        return any("*" in pat and fnmatch.fnmatchcase(symbol, pat) for pat in self.symbols)
+
+    def forbidden_symbols(self, undefined: Iterable[str]) -> list[str]:
+        """The module's undefined symbols that the allow-list does not cover, sorted.
+
+        A student module that imports anything else (filp_open, kallsyms_lookup_name,
+        the fabric's own controls) is reported by name instead of being run.
+        """
+        return sorted({s for s in undefined if not self.symbol_allowed(s)})
+
+
+def undefined_symbols(nm_output: str) -> list[str]:
+    """Symbol names from `nm -u` (or `nm` output filtered to 'U' lines) of a .ko.
+
+    Kept here with the allow-list so that the check is testable without a toolchain.
+    """
+    names = []
+    for line in nm_output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "U":
+            names.append(parts[1])
+        elif len(parts) == 3 and parts[1] == "U":
+            names.append(parts[2])
+    return names
+
+
+def lab_names(labs_dir: str = LABS_DIR) -> list[str]:
+    """The labs that have a lab.toml, sorted."""
+    try:
+        entries = sorted(os.listdir(labs_dir))
+    except OSError:
+        return []
+    return [e for e in entries if os.path.isfile(os.path.join(labs_dir, e, "lab.toml"))]
+
+
+def load_lab(name: str, labs_dir: str = LABS_DIR) -> LabSpec:
+    """Load labs/<name>/lab.toml; an unknown lab names the known ones."""
+    if not _LAB_NAME.match(name or ""):
+        raise LabSpecError(f"{name!r} is not a lab name")
+    path = os.path.join(labs_dir, name, "lab.toml")
+    if not os.path.isfile(path):
+        known = ", ".join(lab_names(labs_dir)) or "none"
+        raise LabSpecError(f"no lab {name!r} (no {path}); known labs: {known}")
+    spec = load(path)
+    if spec.name != name:
+        raise LabSpecError(f"{path}: name = {spec.name!r} but the folder is {name!r}")
+    return spec
+
+
+def load(path: str) -> LabSpec:
+    """Read and validate one lab.toml."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise LabSpecError(f"{path}: cannot read: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise LabSpecError(f"{path}: not valid TOML: {e}") from e
+    return from_dict(data, path)
+
+
+def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
+    """Validate parsed TOML; every error names the file and the key."""
+    v = _Validator(path)
+    v.keys(data, "", required={"schema", "name", "title", "module", "files", "symbols",
+                               "default_seeds", "tests"},
+           optional={"limits", "fabric"})
+    if data["schema"] != SCHEMA:
+        v.fail("schema", f"this grader reads schema {SCHEMA}, got {data['schema']!r}")
+    name = v.string(data, "name", _LAB_NAME, "a lab name ([a-z][a-z0-9_-]*)")
+    title = v.string(data, "title")
+    module = v.string(data, "module", _C_IDENT, "a C identifier")
+    files = v.string_list(data, "files")
+    for i, f in enumerate(files):
+        if not _FILE_NAME.match(f) or f in (".", "..") or f in BUILD_FILES:
+            v.fail(f"files[{i}]", f"{f!r} must be a plain file name (no folders, not a "
+                                  f"Makefile/Kbuild: the grader owns the build)")
+    if len(set(files)) != len(files):
+        v.fail("files", "names must be unique")
+    symbols = v.string_list(data, "symbols")
+    for i, s in enumerate(symbols):
+        if not _SYMBOL.match(s):
+            v.fail(f"symbols[{i}]", f"{s!r} is not a symbol name or glob")
+    seeds = data["default_seeds"]
+    if (not isinstance(seeds, list) or not seeds
+            or any(type(s) is not int or not 0 <= s < 1 << 64 for s in seeds)):
+        v.fail("default_seeds", "must be a non-empty list of integers in [0, 2**64)")
+    limits = _limits(v, data.get("limits", {}))
+    fabric = _fabric(v, data.get("fabric", {}))
+    tests = _tests(v, data["tests"])
+    return LabSpec(name=name, title=title, module=module, files=tuple(files),
+                   symbols=frozenset(symbols), default_seeds=tuple(seeds), tests=tests,
+                   limits=limits, fabric=fabric, path=path)
+
+
+class _Validator:
+    """Small helpers that turn schema violations into one clear LabSpecError."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, key: str, why: str) -> None:
+        raise LabSpecError(f"{self.path}: {key}: {why}")
+
+    def keys(self, table: Any, where: str, required: set[str], optional: set[str]) -> None:
+        if not isinstance(table, dict):
+            self.fail(where or "top level", "must be a table")
+        prefix = f"{where}." if where else ""
+        for k in sorted(table.keys() - required - optional):   # first: a typo explains a gap
+            self.fail(prefix + k, "unknown key (a typo?); known: "
+                                  + ", ".join(sorted(required | optional)))
+        for k in sorted(required - table.keys()):
+            self.fail(prefix + k, "missing")
+
+    def string(self, table: dict, key: str, pattern: re.Pattern | None = None,
+               what: str = "", where: str = "") -> str:
+        val = table[key]
+        full = f"{where}.{key}" if where else key
+        if not isinstance(val, str) or not val.strip():
+            self.fail(full, f"must be a non-empty string, got {val!r}")
+        if pattern is not None and not pattern.match(val):
+            self.fail(full, f"must be {what}, got {val!r}")
+        return val
+
+    def string_list(self, table: dict, key: str) -> list[str]:
+        val = table[key]
+        if not isinstance(val, list) or not val or not all(isinstance(s, str) for s in val):
+            self.fail(key, "must be a non-empty list of strings")
+        return val
+
+    def number(self, table: dict, key: str, where: str, integer: bool = False,
+               minimum: float = 0, strict: bool = True) -> float:
+        val = table[key]
+        ok_type = type(val) is int if integer else type(val) in (int, float)
+        if not ok_type or (val <= minimum if strict else val < minimum):
+            kind = "an integer" if integer else "a number"
+            rel = ">" if strict else ">="
+            self.fail(f"{where}.{key}", f"must be {kind} {rel} {minimum}, got {val!r}")
+        return val
+
+
+def _limits(v: _Validator, table: Any) -> Limits:
+    ints = {"console_cap", "max_file_bytes", "max_members", "max_total_bytes"}
+    floats = {"build_timeout", "run_timeout"}
+    v.keys(table, "limits", required=set(), optional=ints | floats)
+    vals = {k: v.number(table, k, "limits", integer=k in ints) for k in table}
+    return Limits(**{k: (int(x) if k in ints else float(x)) for k, x in vals.items()})
+
+
+def _fabric(v: _Validator, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        v.fail("fabric", "must be a table")
+    out: dict[str, Any] = {}
+    for k, val in table.items():
+        if not _C_IDENT.match(k):
+            v.fail(f"fabric.{k}", "parameter names are C identifiers")
+        if type(val) not in (str, int, float, bool):
+            v.fail(f"fabric.{k}", f"must be a string, number or boolean, got {val!r}")
+        out[k] = val
+    if "profile" in out and out["profile"] not in PROFILES:
+        v.fail("fabric.profile", f"must be one of {', '.join(PROFILES)}, got {out['profile']!r}")
+    if "semantics" in out and out["semantics"] not in SEMANTICS:
+        v.fail("fabric.semantics",
+               f"must be one of {', '.join(SEMANTICS)} (as a string), got {out['semantics']!r}")
+    return out
+
+
+def _tests(v: _Validator, tests: Any) -> tuple[GradedTest, ...]:
+    if not isinstance(tests, list) or not tests:
+        v.fail("tests", "must be a non-empty array of tables ([[tests]])")
+    out = []
+    seen: set[str] = set()
+    for i, t in enumerate(tests):
+        where = f"tests[{i}]"
+        v.keys(t, where, required={"name", "points", "visibility", "description"},
+               optional={"source", "per_seed"})
+        name = v.string(t, "name", _TEST_NAME, "a KTAP test name ([a-z][a-z0-9_]*)", where)
+        if name in seen:
+            v.fail(f"{where}.name", f"duplicate test name {name!r}")
+        seen.add(name)
+        points = v.number(t, "points", where, minimum=0, strict=False)
+        vis = t["visibility"]
+        if vis not in VISIBILITIES:
+            v.fail(f"{where}.visibility", f"must be one of {', '.join(VISIBILITIES)}, got {vis!r}")
+        source = t.get("source", "ktap")
+        if source not in SOURCES:
+            v.fail(f"{where}.source", f"must be one of {', '.join(SOURCES)}, got {source!r}")
+        per_seed = t.get("per_seed", False)
+        if type(per_seed) is not bool:
+            v.fail(f"{where}.per_seed", f"must be true or false, got {per_seed!r}")
+        out.append(GradedTest(name=name, points=float(points), visibility=vis,
+                              description=v.string(t, "description", where=where),
+                              source=source, per_seed=per_seed))
+    if sum(t.points for t in out) <= 0:
+        v.fail("tests", "the points add up to 0")
+    return tuple(out)

@@ -1,0 +1,810 @@
+"""Intake of one student submission into a fresh scratch directory.
+
+A submission is untrusted input from the host's point of view: a `.c` file, a
+folder, a tar (optionally gzip/bzip2/xz) or a zip made by anyone. The grader
+only ever needs the few file names the lab allows (doorbell: ringdrv.c), so
+intake copies exactly those, by *content*, into a scratch directory under
+names the lab chose, and reports everything else it saw and why it ignored
+it. Because no path of the submission is ever used as a path on the host,
+nothing can land outside the scratch directory whatever the archive says;
+the checks below exist to give each hostile or broken submission a clear
+verdict, not to make extraction safe after the fact.
+
+Rules, each with its verdict code (``Intake.verdict`` is ``ok`` or one of them):
+
+- archive members are read one by one (tarfile in stream mode over our own
+  decompressor, zipfile member by member); never ``extractall``;
+- ``../x`` and absolute names -> path-traversal / absolute-path; symlinks and
+  hardlinks are never followed -> symlink / hardlink; devices, fifos,
+  sockets -> special-file;
+- caps: bytes per file (file-too-large), entries per archive
+  (too-many-members), declared and decompressed bytes of an archive, and the
+  archive's own size (archive-too-large): a zip or gzip bomb stops early;
+- a submitted source with NUL bytes -> binary-file, not UTF-8 -> not-utf8;
+- a file name that is not UTF-8 -> bad-name; Makefile / Kbuild -> build-file
+  (ignored, the grader owns the build); other names -> not-allowed;
+- an allowed name found more than once -> ambiguous (refused: we do not
+  guess which one the student meant); not found -> missing-file, or the
+  reason its only candidate was refused; unreadable archive -> corrupt-archive.
+
+A nested single top-level folder (``student/ringdrv.c``) is fine: a member is
+a candidate for an allowed name wherever it sits, as long as it is the only one.
+"""
+
+from __future__ import annotations
+
+import bz2
+import errno
+import gzip
+import lzma
+import os
+import re
+import shutil
+import stat
+import struct
+import tarfile
+import tempfile
+import unicodedata
+import zipfile
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, NamedTuple, Sequence
+
+OK = "ok"
+NOT_FOUND = "not-found"
+UNSUPPORTED = "unsupported"
+CORRUPT = "corrupt-archive"
+EMPTY = "empty"
+TOO_MANY = "too-many-members"
+ARCHIVE_TOO_LARGE = "archive-too-large"
+MISSING = "missing-file"
+AMBIGUOUS = "ambiguous"
+TRAVERSAL = "path-traversal"
+ABSOLUTE = "absolute-path"
+SYMLINK = "symlink"
+HARDLINK = "hardlink"
+SPECIAL = "special-file"
+TOO_LARGE = "file-too-large"
+BINARY = "binary-file"
+NOT_UTF8 = "not-utf8"
+BAD_NAME = "bad-name"
+BUILD_FILE = "build-file"
+NOT_ALLOWED = "not-allowed"
+METADATA = "os-metadata"
+HIDDEN = "hidden"
+ENCRYPTED = "encrypted"
+UNREADABLE = "unreadable"
+TOO_DEEP = "too-deep"
+
+#: Reasons that mean the submission tried (or happened) to reach outside itself.
+UNSAFE = frozenset({TRAVERSAL, ABSOLUTE, SYMLINK, HARDLINK, SPECIAL})
+BUILD_FILES = frozenset({"Makefile", "makefile", "GNUmakefile", "Kbuild", "Kconfig"})
+TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar")
+ZIP_SUFFIXES = (".zip",)
+SOURCE_SUFFIXES = (".c",)
+
+
+class SubmissionError(Exception):
+    """Misuse by the caller (bad scratch directory, class dir missing), not a student error."""
+
+
+class _Refused(Exception):
+    """Stops an archive scan with an overall verdict (too many members, bomb, corrupt)."""
+
+    def __init__(self, verdict: str, message: str):
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+@dataclass(frozen=True)
+class IntakeLimits:
+    """Caps that keep a hostile submission from costing the host memory, disk or time."""
+    max_file_bytes: int = 1 << 20
+    max_members: int = 500
+    max_total_bytes: int = 32 << 20      # declared bytes of all archive members
+    max_archive_bytes: int = 64 << 20    # the archive file itself
+    max_depth: int = 16                  # folder nesting of a directory submission
+
+    @classmethod
+    def from_lab(cls, limits: Any) -> "IntakeLimits":
+        """From a labspec.Limits (duck-typed, so this module does not need labspec)."""
+        return cls(max_file_bytes=limits.max_file_bytes, max_members=limits.max_members,
+                   max_total_bytes=limits.max_total_bytes)
+
+
+DEFAULT_LIMITS = IntakeLimits()
+
+
+@dataclass(frozen=True)
+class Taken:
+    """An allowed file copied into the scratch directory."""
+    name: str      # the allowed name, as written in scratch
+    source: str    # where it came from in the submission (printable)
+    size: int
+    path: str      # absolute path in scratch
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Something in the submission that was not taken, and why."""
+    source: str    # printable name
+    reason: str    # a verdict code
+    detail: str    # plain words
+
+
+@dataclass
+class Intake:
+    """What intake did with one submission."""
+    source: str
+    kind: str                      # file | dir | tar | zip | unknown
+    scratch: str
+    verdict: str
+    message: str
+    taken: list[Taken] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == OK
+
+    @property
+    def unsafe(self) -> list[Ignored]:
+        """Ignored entries that pointed outside the submission (worth telling the instructor)."""
+        return [i for i in self.ignored if i.reason in UNSAFE]
+
+    def files(self) -> dict[str, str]:
+        """Allowed name -> path in scratch, for the build."""
+        return {t.name: t.path for t in self.taken}
+
+    def describe(self) -> str:
+        """Human text: the verdict, then what was taken and ignored."""
+        lines = [f"intake: {self.verdict}: {self.message}"]
+        for t in self.taken:
+            lines.append(f"  took     {t.name} ({t.size} bytes) from {t.source}")
+        for i in self.ignored:
+            lines.append(f"  ignored  {i.source}: {i.detail} [{i.reason}]")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+class _Entry(NamedTuple):
+    """One scanned entry: its printable name, its components, and a refusal if any."""
+    shown: str
+    parts: tuple[str, ...]
+    reason: str | None
+    detail: str
+    size: int
+
+
+# ---------------------------------------------------------------------------- names
+
+def printable(name: str) -> str:
+    """A file name safe to print on one line: undecodable bytes as \\xNN, controls escaped."""
+    raw = name.encode("utf-8", "surrogateescape")
+    text = raw.decode("utf-8", "backslashreplace")
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") and ch != "\\":
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf8_ok(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:       # lone surrogates: bytes that were not UTF-8
+        return False
+    return True
+
+
+def _classify_name(name: str) -> tuple[tuple[str, ...], str | None, str]:
+    """Split an archive member name and decide whether its *name* alone disqualifies it.
+
+    Both '/' and '\\' count as separators, so a Windows-made '..\\x' is caught too.
+    """
+    parts = tuple(p for p in re.split(r"[/\\]", name) if p not in ("", "."))
+    if not _utf8_ok(name):
+        return parts, BAD_NAME, "file name is not valid UTF-8"
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return parts, ABSOLUTE, "absolute path in the archive: never extracted"
+    if ".." in parts:
+        return parts, TRAVERSAL, "'..' in the path would leave the folder: never extracted"
+    if not parts:
+        return parts, UNREADABLE, "empty name"
+    base = parts[-1]
+    if "__MACOSX" in parts or base.startswith("._") or base in (".DS_Store", "Thumbs.db"):
+        return parts, METADATA, "operating-system metadata"
+    if any(p.startswith(".") for p in parts):
+        return parts, HIDDEN, "hidden file or folder"
+    return parts, None, ""
+
+
+def _name_verdict(base: str, allowed: Sequence[str]) -> tuple[str, str]:
+    if base in BUILD_FILES:
+        return BUILD_FILE, "the grader builds with its own Kbuild; this file is ignored"
+    hint = next((a for a in allowed if a.lower() == base.lower()), None)
+    if hint:
+        return NOT_ALLOWED, f"not graded; did you mean {hint}? (names are case-sensitive)"
+    return NOT_ALLOWED, f"not graded (only {', '.join(allowed)})"
+
+
+def _content_verdict(data: bytes) -> tuple[str | None, str]:
+    """Refuse empty, binary and non-UTF-8 sources early, with words a student can act on."""
+    if not data:
+        return EMPTY, "empty file"
+    nul = data.find(b"\0")
+    if nul >= 0:
+        return BINARY, (f"contains NUL bytes (first at offset {nul}): a binary, "
+                        f"not C source")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = data[e.start]
+        return NOT_UTF8, (f"not UTF-8 text (byte 0x{bad:02x} at offset {e.start}); "
+                          f"save it as UTF-8")
+    return None, ""
+
+
+def _read_capped(f: IO[bytes], cap: int) -> bytes | None:
+    """Read at most cap bytes; None if there is more (the declared size may lie)."""
+    chunks = []
+    left = cap + 1
+    while left > 0:
+        chunk = f.read(min(65536, left))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    data = b"".join(chunks)
+    return None if len(data) > cap else data
+
+
+# ---------------------------------------------------------------------------- scan state
+
+class _Cand(NamedTuple):
+    """A file that bears an allowed name: real (a regular file at a safe place) or not."""
+    shown: str
+    real: bool
+    data: bytes | None       # the content, for the first real candidate that passed
+    reason: str | None       # why it cannot be used, if so
+    detail: str
+
+
+class _Collector:
+    """Gathers candidates per allowed name while an archive or folder is scanned.
+
+    A *real* candidate is a regular file at a safe place: two of them make the
+    submission ambiguous even if one is, say, binary (we do not guess). Unsafe
+    entries (a symlink named ringdrv.c, ../ringdrv.c) are never candidates to
+    use; their reason becomes the verdict only when nothing real was found.
+    """
+
+    def __init__(self, allowed: Sequence[str], limits: IntakeLimits):
+        self.allowed = list(allowed)
+        self.limits = limits
+        self.found: dict[str, list[_Cand]] = {a: [] for a in allowed}
+        self.ignored: list[Ignored] = []
+        self.members = 0
+
+    def count(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise _Refused(TOO_MANY, f"more than {self.limits.max_members} entries: "
+                                     f"submit only {', '.join(self.allowed)}")
+
+    def ignore(self, shown: str, reason: str, detail: str) -> None:
+        self.ignored.append(Ignored(shown, reason, detail))
+
+    def entry(self, e: _Entry, read: Any) -> None:
+        """Route one entry; read() returns its bytes (None when over the cap)."""
+        base = e.parts[-1] if e.parts else ""
+        wanted = base in self.found
+        if e.reason is not None:
+            self.ignore(e.shown, e.reason, e.detail)
+            if wanted and e.reason not in (METADATA, HIDDEN):
+                real = e.reason == ENCRYPTED
+                self.found[base].append(_Cand(e.shown, real, None, e.reason, e.detail))
+            return
+        if not wanted:
+            reason, detail = _name_verdict(base, self.allowed)
+            self.ignore(e.shown, reason, detail)
+            return
+        cands = self.found[base]
+        if any(c.real for c in cands):           # a second one: ambiguous, no need to read
+            cands.append(_Cand(e.shown, True, None, None, ""))
+            return
+        reason, detail, data = None, "", None
+        if e.size > self.limits.max_file_bytes:
+            reason, detail = TOO_LARGE, (f"{e.size} bytes, over the "
+                                         f"{self.limits.max_file_bytes}-byte cap")
+        else:
+            try:
+                data = read()
+            except (OSError, EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile,
+                    tarfile.TarError, NotImplementedError, RuntimeError, ValueError) as ex:
+                reason, detail = UNREADABLE, f"cannot be read: {ex}"
+            else:
+                if data is None:
+                    reason, detail = TOO_LARGE, (f"over the {self.limits.max_file_bytes}"
+                                                 f"-byte cap")
+                else:
+                    reason, detail = _content_verdict(data)
+        if reason is not None:
+            self.ignore(e.shown, reason, detail)
+            data = None
+        cands.append(_Cand(e.shown, True, data, reason, detail))
+
+
+# ---------------------------------------------------------------------------- archives
+
+class _CappedReader:
+    """A read-only stream that refuses to yield more than `cap` decompressed bytes.
+
+    tarfile reads pax headers and skips member data by reading; bounding the
+    decompressed stream bounds the memory and time a gzip bomb can cost.
+    """
+
+    def __init__(self, raw: IO[bytes], cap: int):
+        self.raw = raw
+        self.cap = cap
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.cap + 1 - self.pos if n is None or n < 0 else min(n, self.cap + 1 - self.pos)
+        data = self.raw.read(want) if want > 0 else b""
+        self.pos += len(data)
+        if self.pos > self.cap:
+            raise _Refused(ARCHIVE_TOO_LARGE,
+                           f"the archive expands to more than {self.cap} bytes (an archive bomb?)")
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _sniff(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if head.startswith(b"\x1f\x8b"):
+        return "gz"
+    if head.startswith(b"BZh"):
+        return "bz2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    return ""
+
+
+def _scan_tar(path: str, comp: str, col: _Collector) -> None:
+    opener = {"gz": gzip.open, "bz2": bz2.open, "xz": lzma.open}.get(comp, open)
+    cap = col.limits.max_total_bytes + col.limits.max_members * 2048 + (1 << 20)
+    declared = 0
+    raw = opener(path, "rb")
+    reader = _CappedReader(raw, cap)
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", encoding="utf-8",
+                          errors="surrogateescape") as tf:     # type: ignore[call-overload]
+            for m in tf:
+                col.count()
+                declared += max(m.size, 0)
+                if declared > col.limits.max_total_bytes:
+                    raise _Refused(ARCHIVE_TOO_LARGE,
+                                   f"members add up to more than {col.limits.max_total_bytes} "
+                                   f"bytes (an archive bomb?)")
+                parts, reason, detail = _classify_name(m.name)
+                shown = printable(m.name)
+                if m.isdir() and reason is None:
+                    continue
+                if reason is None:
+                    if m.issym():
+                        reason, detail = SYMLINK, (f"symbolic link to {printable(m.linkname)}: "
+                                                   f"never followed")
+                    elif m.islnk():
+                        reason, detail = HARDLINK, (f"hard link to {printable(m.linkname)}: "
+                                                    f"never followed")
+                    elif m.ischr() or m.isblk() or m.isfifo():
+                        kind = "character device" if m.ischr() else (
+                            "block device" if m.isblk() else "fifo")
+                        reason, detail = SPECIAL, f"{kind}: never created"
+                    elif not m.isreg():
+                        reason, detail = SPECIAL, f"unsupported entry type {m.type!r}"
+                entry = _Entry(shown, parts, reason, detail, m.size)
+
+                def read(m: tarfile.TarInfo = m) -> bytes | None:
+                    f = tf.extractfile(m)
+                    if f is None:
+                        raise OSError("not a regular file")
+                    return _read_capped(f, col.limits.max_file_bytes)
+                col.entry(entry, read)
+    except _Refused:
+        raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+        raise _Refused(CORRUPT, f"not a readable tar archive ({type(e).__name__}: {e})") from e
+    finally:
+        reader.close()
+
+
+def _zip_entry_count(f: IO[bytes]) -> int | None:
+    """Entries announced by the end-of-central-directory record, read before zipfile
+    builds one ZipInfo per entry (a crafted zip can announce millions)."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    tail = min(size, 65535 + 22 + 20 + 56)
+    f.seek(size - tail)
+    data = f.read(tail)
+    i = data.rfind(b"PK\x05\x06")
+    if i < 0 or len(data) - i < 22:
+        return None
+    total = struct.unpack("<H", data[i + 10:i + 12])[0]
+    if total == 0xFFFF:
+        j = data.rfind(b"PK\x06\x06", 0, i)
+        if j >= 0 and len(data) - j >= 56:
+            total = struct.unpack("<Q", data[j + 32:j + 40])[0]
+    return total
+
+
+def _zip_name(zi: zipfile.ZipInfo) -> str:
+    """The member name, with bytes that are not UTF-8 kept as surrogates (so bad-name fires).
+
+    Names without the UTF-8 flag are decoded as cp437 by zipfile; re-encoding gives
+    the raw bytes back, which are UTF-8 in practice or else not a usable name.
+    """
+    if zi.flag_bits & 0x800:
+        return zi.filename
+    try:
+        raw = zi.filename.encode("cp437")
+    except UnicodeEncodeError:
+        return zi.filename
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _scan_zip(path: str, col: _Collector) -> None:
+    try:
+        with open(path, "rb") as f:
+            n = _zip_entry_count(f)
+        if n is not None and n > col.limits.max_members:
+            raise _Refused(TOO_MANY, f"the zip announces {n} entries, more than "
+                                     f"{col.limits.max_members}: submit only "
+                                     f"{', '.join(col.allowed)}")
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            declared = 0
+            for zi in infos:
+                col.count()
+                declared += zi.file_size
+                if declared > col.limits.max_total_bytes:
+                    raise _Refused(ARCHIVE_TOO_LARGE,
+                                   f"members add up to more than {col.limits.max_total_bytes} "
+                                   f"bytes (a zip bomb?)")
+                name = _zip_name(zi)
+                parts, reason, detail = _classify_name(name)
+                if zi.is_dir() and reason is None:
+                    continue
+                mode = (zi.external_attr >> 16) & 0xFFFF
+                if reason is None and zi.create_system == 3 and stat.S_IFMT(mode):
+                    if stat.S_ISLNK(mode):
+                        reason, detail = SYMLINK, "symbolic link: never followed"
+                    elif not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                        reason, detail = SPECIAL, "device, fifo or socket: never created"
+                if reason is None and zi.flag_bits & 0x1:
+                    reason, detail = ENCRYPTED, "encrypted: submit it without a password"
+                entry = _Entry(printable(name), parts, reason, detail, zi.file_size)
+
+                def read(zi: zipfile.ZipInfo = zi) -> bytes | None:
+                    with zf.open(zi) as f:
+                        return _read_capped(f, col.limits.max_file_bytes)
+                col.entry(entry, read)
+    except _Refused:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+            UnicodeDecodeError, NotImplementedError, struct.error) as e:
+        raise _Refused(CORRUPT, f"not a readable zip archive ({type(e).__name__}: {e})") from e
+
+
+# ---------------------------------------------------------------------------- folders
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _scan_dir(path: str, col: _Collector) -> None:
+    """Walk a folder through directory file descriptors, never following a symlink,
+    so a folder swapped for a link while we walk cannot take us elsewhere."""
+    try:
+        top = os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        raise _Refused(UNREADABLE, f"cannot open the folder: {e.strerror}") from e
+    try:
+        _walk(top, "", 0, col)
+    finally:
+        os.close(top)
+
+
+def _walk(dfd: int, prefix: str, depth: int, col: _Collector) -> None:
+    try:
+        names = sorted(os.listdir(dfd))
+    except OSError as e:
+        col.ignore(printable(prefix or "."), UNREADABLE, f"cannot list: {e.strerror}")
+        return
+    for name in names:
+        col.count()
+        rel = f"{prefix}{name}"
+        shown = printable(rel)
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            col.ignore(shown, UNREADABLE, f"cannot stat: {e.strerror}")
+            continue
+        parts, reason, detail = _classify_name(rel)
+        if stat.S_ISDIR(st.st_mode):
+            if reason is not None:
+                col.ignore(shown + "/", reason, detail + " (folder not searched)")
+            elif depth + 1 > col.limits.max_depth:
+                col.ignore(shown + "/", TOO_DEEP, f"nested deeper than {col.limits.max_depth}")
+            else:
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+                except OSError as e:
+                    col.ignore(shown + "/", UNREADABLE, f"cannot open: {e.strerror}")
+                    continue
+                try:
+                    _walk(sub, rel + "/", depth + 1, col)
+                finally:
+                    os.close(sub)
+            continue
+        if reason is None:
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = printable(os.readlink(name, dir_fd=dfd))
+                except OSError:
+                    target = "?"
+                reason, detail = SYMLINK, f"symbolic link to {target}: never followed"
+            elif not stat.S_ISREG(st.st_mode):
+                reason, detail = SPECIAL, "device, fifo or socket: never opened"
+
+        def read(name: str = name) -> bytes | None:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError(errno.EINVAL, "no longer a regular file")
+                return _read_capped(f, col.limits.max_file_bytes)
+        col.entry(_Entry(shown, parts, reason, detail, st.st_size), read)
+
+
+# ---------------------------------------------------------------------------- intake
+
+def _prepare_scratch(scratch: str | None) -> str:
+    if scratch is None:
+        return tempfile.mkdtemp(prefix="mmiolab-intake-")
+    try:
+        os.mkdir(scratch, 0o755)
+    except FileExistsError:
+        st = os.lstat(scratch)
+        if not stat.S_ISDIR(st.st_mode) or os.listdir(scratch):
+            raise SubmissionError(f"scratch {scratch} must be a new or empty folder")
+    return os.path.abspath(scratch)
+
+
+def _kind(path: str, st: os.stat_result) -> tuple[str, str]:
+    """(kind, compression) of a submission path, by content first, then by name."""
+    if stat.S_ISDIR(st.st_mode):
+        return "dir", ""
+    lower = path.lower()
+    if lower.endswith(SOURCE_SUFFIXES):
+        return "file", ""
+    magic = _sniff(path)
+    if magic == "zip":
+        return "zip", ""
+    if magic in ("gz", "bz2", "xz", "tar"):
+        return "tar", "" if magic == "tar" else magic
+    if lower.endswith(TAR_SUFFIXES):
+        return "tar", ""       # no known magic: try it as a plain tar, or say it is corrupt
+    if lower.endswith(ZIP_SUFFIXES):
+        return "zip", ""
+    return "unknown", ""
+
+
+def intake(path: str, allowed: Sequence[str], scratch: str | None = None,
+           limits: IntakeLimits = DEFAULT_LIMITS) -> Intake:
+    """Copy the allowed files of one submission into a fresh scratch directory.
+
+    Never raises for anything a student can put in a submission: the verdict says
+    what happened. Files are written only when the verdict is ok, so a refused
+    submission leaves an empty scratch directory.
+    """
+    if not allowed:
+        raise SubmissionError("the lab allows no files")
+    scratch = _prepare_scratch(scratch)
+    shown = printable(path)
+
+    def result(kind: str, verdict: str, message: str, col: _Collector | None = None) -> Intake:
+        return Intake(source=shown, kind=kind, scratch=scratch, verdict=verdict,
+                      message=message, ignored=col.ignored if col else [])
+
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return result("unknown", NOT_FOUND, f"{shown}: {e.strerror}")
+    if stat.S_ISLNK(st.st_mode):
+        return result("unknown", SYMLINK, f"{shown} is a symbolic link: never followed")
+    if not stat.S_ISDIR(st.st_mode) and not stat.S_ISREG(st.st_mode):
+        return result("unknown", SPECIAL, f"{shown} is a device, fifo or socket")
+    kind, comp = _kind(path, st)
+    if kind != "dir" and st.st_size == 0:
+        return result(kind, EMPTY, f"{shown} is an empty file")
+    col = _Collector(allowed, limits)
+    try:
+        if kind == "dir":
+            _scan_dir(path, col)
+        elif kind == "file":
+            _take_single_file(path, st, col)
+        else:
+            if kind == "unknown":
+                return result(kind, UNSUPPORTED,
+                              f"{shown} is not a .c file, a folder, a tar or a zip archive")
+            if st.st_size > limits.max_archive_bytes:
+                return result(kind, ARCHIVE_TOO_LARGE,
+                              f"the archive is {st.st_size} bytes, over the "
+                              f"{limits.max_archive_bytes}-byte cap")
+            if kind == "tar":
+                _scan_tar(path, comp, col)
+            else:
+                _scan_zip(path, col)
+    except _Refused as r:
+        return result(kind, r.verdict, r.message, col)
+    return _decide(kind, shown, scratch, col)
+
+
+def _take_single_file(path: str, st: os.stat_result, col: _Collector) -> None:
+    """A bare .c file: with a one-file lab it *is* that file, whatever its name
+    (a class folder of alice.c, bob.c); otherwise its name must be allowed."""
+    col.count()
+    base = os.path.basename(path)
+    target = col.allowed[0] if len(col.allowed) == 1 else base
+    shown = printable(base)
+    if not _utf8_ok(base) and len(col.allowed) != 1:
+        col.ignore(shown, BAD_NAME, "file name is not valid UTF-8")
+        return
+
+    def read() -> bytes | None:
+        fd = os.open(path, _FILE_FLAGS)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "no longer a regular file")
+            return _read_capped(f, col.limits.max_file_bytes)
+    col.entry(_Entry(shown, (target,), None, "", st.st_size), read)
+
+
+def _decide(kind: str, shown: str, scratch: str, col: _Collector) -> Intake:
+    """Turn the candidates into one verdict; write the files only if all is well."""
+    chosen: dict[str, tuple[str, bytes]] = {}
+    verdict, message = OK, ""
+    for name in col.allowed:
+        cands = col.found[name]
+        real = [c for c in cands if c.real]
+        if len(real) > 1:
+            verdict = AMBIGUOUS
+            message = (f"{name} found {len(real)} times ({', '.join(c.shown for c in real)}); "
+                       f"submit exactly one")
+            break
+        if real and real[0].reason is None and real[0].data is not None:
+            chosen[name] = (real[0].shown, real[0].data)
+            continue
+        bad = real[0] if real else (cands[0] if cands else None)
+        if bad is not None:
+            assert bad.reason is not None
+            verdict, message = bad.reason, f"{bad.shown}: {bad.detail}"
+        elif col.members == 0:
+            verdict, message = EMPTY, f"the submission is empty: no {name}"
+        else:
+            verdict, message = MISSING, f"{name} is missing from the submission"
+            if col.ignored:
+                seen = ", ".join(f"{i.source} [{i.reason}]" for i in col.ignored[:3])
+                more = f" and {len(col.ignored) - 3} more" if len(col.ignored) > 3 else ""
+                message += f" (it holds {seen}{more})"
+        break
+    out = Intake(source=shown, kind=kind, scratch=scratch, verdict=verdict, message=message,
+                 ignored=col.ignored)
+    if verdict != OK:
+        return out
+    for name, (src, data) in chosen.items():
+        dest = os.path.join(scratch, name)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        out.taken.append(Taken(name=name, source=src, size=len(data), path=dest))
+    took = ", ".join(t.name for t in out.taken)
+    extra = f"; {len(out.ignored)} other entries ignored" if out.ignored else ""
+    out.message = f"took {took}{extra}"
+    return out
+
+
+def cleanup(result: Intake) -> None:
+    """Remove the scratch directory of an intake."""
+    shutil.rmtree(result.scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- classes
+
+class ClassEntry(NamedTuple):
+    """One student of a class folder."""
+    student_id: str
+    path: str
+
+
+@dataclass
+class ClassScan:
+    entries: list[ClassEntry]
+    skipped: list[Ignored]
+
+
+def _student_stem(name: str) -> str:
+    lower = name.lower()
+    for suf in TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES:
+        if lower.endswith(suf) and len(name) > len(suf):
+            return name[:-len(suf)]
+    return name
+
+
+def safe_id(name: str) -> str:
+    """A student id usable as a folder name and a CSV cell: [A-Za-z0-9._@+-], no leading dot."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    text = re.sub(r"[^A-Za-z0-9._@+-]", "_", text).lstrip(".-")
+    return text[:128] or "student"
+
+
+def scan_class(class_dir: str) -> ClassScan:
+    """Each child of a class folder that is a folder, an archive or a .c file is one
+    student (symlinks included, so intake can refuse them by name: nothing lost);
+    hidden and other files are skipped and reported. Ids are unique: when two
+    children would share one (alice/ and alice.zip), both keep their full name."""
+    try:
+        names = sorted(os.listdir(class_dir))
+    except OSError as e:
+        raise SubmissionError(f"cannot read class folder {class_dir}: {e.strerror}") from e
+    picked: list[tuple[str, str]] = []
+    skipped: list[Ignored] = []
+    for name in names:
+        full = os.path.join(class_dir, name)
+        if name.startswith("."):
+            skipped.append(Ignored(printable(name), HIDDEN, "hidden entry"))
+            continue
+        st = os.lstat(full)
+        lower = name.lower()
+        if (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
+                or lower.endswith(TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES)):
+            picked.append((name, full))
+        else:
+            skipped.append(Ignored(printable(name), NOT_ALLOWED,
+                                   "not a folder, archive or .c file"))
+    stems = [safe_id(_student_stem(n)) for n, _ in picked]
+    ids: list[str] = []
+    for (name, _), stem in zip(picked, stems):
+        ids.append(safe_id(name) if stems.count(stem) > 1 else stem)
+    seen: dict[str, int] = {}
+    entries = []
+    for (name, full), sid in zip(picked, ids):
+        seen[sid] = seen.get(sid, 0) + 1
+        entries.append(ClassEntry(sid if seen[sid] == 1 else f"{sid}~{seen[sid]}", full))
+    return ClassScan(entries, skipped)
+
+
+def expand_class(class_dir: str) -> list[ClassEntry]:
+    """(student_id, submission path) for each student of a class folder."""
+    return scan_class(class_dir).entries
+
+
+def intake_for_lab(spec: Any, path: str, scratch: str | None = None) -> Intake:
+    """intake() with a labspec.LabSpec's allowed files and caps."""
+    return intake(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits))

@@ -1,0 +1,384 @@
+"""Grade outputs: Gradescope results.json, JUnit XML, the human summary and the
+class gradebook (append, merge of shards, concurrent writers), built from the
+recorded guest logs in tests/data/ktap."""
+
+import csv
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+from unittest import mock
+
+from mmiolab import ROOT, ktap, labspec, report
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
+NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
+SPEC = labspec.load_lab("doorbell")
+
+
+def data(name):
+    with open(os.path.join(DATA, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def host_tests(build="passed", clean="passed"):
+    b = SPEC.test("build")
+    c = SPEC.test("clean_log")
+    return {
+        "build": report.TestOutcome("build", b.points if build == "passed" else 0, b.points,
+                                    build, "gcc: no warnings" if build == "passed" else
+                                    "ringdrv.c:12:5: error: 'x' undeclared", b.visibility,
+                                    b.description),
+        "clean_log": report.TestOutcome("clean_log", c.points if clean == "passed" else 0,
+                                        c.points, clean, "no kernel complaints",
+                                        c.visibility, c.description),
+    }
+
+
+def graded(sample="race-fail.channel.log", student="alice", console="pass.console.log",
+           graded_at=None, host="grader1", **kw):
+    parsed = ktap.parse(data(sample), NONCE)
+    res = report.GradeResult(
+        submission_id=student, lab="doorbell",
+        tests=report.outcomes(SPEC, parsed, kw.pop("host_tests", host_tests())),
+        replay=report.Replay(seeds=[1, 2, 3], profile="sn2", semantics="2004",
+                             params={"route_ns": 400, "jitter_ns": 150},
+                             first_failing_seed=1 if "fail" in sample else None,
+                             seeds_passed=0 if "fail" in sample else 3),
+        execution_time=11.4, console_log=f"/out/{student}/console.log",
+        submission=f"class/{student}.tar.gz",
+        console_excerpt=ktap.console_excerpt(data(console)), host=host, **kw)
+    if graded_at:
+        res.graded_at = graded_at
+    return res
+
+
+class OutcomesTest(unittest.TestCase):
+    def test_scores_from_ktap(self):
+        res = graded()
+        got = {t.name: (t.score, t.status) for t in res.tests}
+        self.assertEqual(got, {"build": (10, "passed"), "load_unload": (10, "passed"),
+                               "single_cpu": (20, "passed"), "race": (0, "failed"),
+                               "cost": (0, "skipped"), "clean_log": (10, "passed")})
+        self.assertEqual((res.score, res.max_score), (50, 100))
+        race = next(t for t in res.tests if t.name == "race")
+        self.assertIn("6 commands lost", race.output)
+        self.assertIn("4 stale doorbells", race.output)
+
+    def test_pass_is_full_marks(self):
+        res = graded("pass.channel.log")
+        self.assertEqual(res.score, 100)
+        self.assertEqual(res.failed, [])
+
+    def test_crash_gives_crashed_tests_and_no_points(self):
+        res = graded("crash.channel.log", console="crash.console.log",
+                     host_tests=host_tests(clean="failed"))
+        got = {t.name: t.status for t in res.tests}
+        self.assertEqual(got["race"], "crashed")
+        self.assertEqual(got["cost"], "crashed")
+        self.assertEqual(res.score, 40)
+
+    def test_partial_credit_through_fraction(self):
+        text = data("pass.channel.log").replace("fraction=1", "fraction=0.5")
+        parsed = ktap.parse(text, NONCE)
+        cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+        self.assertEqual((cost.score, cost.status), (5.0, "passed"))
+        for bad in ("fraction=nan", "fraction=zz", "fraction=-3"):
+            parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", bad), NONCE)
+            cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            self.assertEqual(cost.score, 0.0, bad)
+        parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", "fraction=7"), NONCE)
+        self.assertEqual(report.outcome_from_ktap(SPEC.test("cost"),
+                                                  parsed.expect(["cost"])["cost"]).score, 10)
+
+    def test_missing_host_test_is_an_error(self):
+        res = graded(host_tests={})
+        self.assertEqual({t.name: t.status for t in res.tests}["build"], "error")
+
+    def test_not_graded(self):
+        res = report.not_graded(SPEC, "mallory", "path-traversal",
+                                "../ringdrv.c: '..' in the path would leave the folder",
+                                submission="class/mallory.tgz")
+        self.assertEqual(res.score, 0)
+        self.assertEqual(res.max_score, 100)
+        self.assertTrue(all(t.status == "error" for t in res.tests))
+        self.assertIn("path-traversal", report.summary_text(res))
+
+    def test_outcome_validation(self):
+        with self.assertRaises(report.ReportError):
+            report.TestOutcome("x", 11, 10, "passed")
+        with self.assertRaises(report.ReportError):
+            report.TestOutcome("x", 0, 10, "PASS")
+        with self.assertRaises(report.ReportError):
+            report.TestOutcome("x", 0, 10, "failed", visibility="secret")
+
+
+class GradescopeTest(unittest.TestCase):
+    def test_fields_follow_the_specification(self):
+        doc = report.gradescope_json(graded())
+        for key in ("score", "execution_time", "output", "visibility", "stdout_visibility",
+                    "tests", "extra_data"):
+            self.assertIn(key, doc)
+        self.assertEqual(doc["score"], 50)
+        self.assertIsInstance(doc["execution_time"], int)
+        self.assertEqual(doc["visibility"], "visible")
+        self.assertEqual(doc["stdout_visibility"], "hidden")
+        self.assertEqual(len(doc["tests"]), 6)
+        for t in doc["tests"]:
+            self.assertEqual(set(t) - {"number", "extra_data"},
+                             {"name", "score", "max_score", "status", "output", "visibility"})
+            self.assertIn(t["status"], ("passed", "failed"))
+        race = next(t for t in doc["tests"] if t["name"] == "race")
+        self.assertEqual((race["score"], race["max_score"], race["status"]), (0, 40, "failed"))
+        cost = next(t for t in doc["tests"] if t["name"] == "cost")
+        self.assertEqual((cost["status"], cost["extra_data"]["status"]), ("failed", "skipped"))
+        json.dumps(doc)
+
+    def test_replay_info_is_included(self):
+        doc = report.gradescope_json(graded())
+        self.assertIn("scripts/grade --lab doorbell --seed 1 class/alice.tar.gz", doc["output"])
+        self.assertIn("profile sn2", doc["output"])
+        self.assertIn("route_ns=400", doc["output"])
+        extra = doc["extra_data"]["mmiolab"]
+        self.assertEqual(extra["replay"]["seeds"], [1, 2, 3])
+        self.assertEqual(extra["replay"]["first_failing_seed"], 1)
+        self.assertEqual(extra["max_score"], 100)
+
+    def test_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            res = graded()
+            p = os.path.join(d, "results.json")
+            report.write_results_json(res, p)
+            back = report.load_results_json(p)
+        self.assertEqual((back.submission_id, back.lab, back.score, back.max_score),
+                         ("alice", "doorbell", 50, 100))
+        self.assertEqual([t.status for t in back.tests], [t.status for t in res.tests])
+        self.assertEqual(back.replay, res.replay)
+        self.assertEqual(back.graded_at, res.graded_at)
+
+    def test_load_rejects_foreign_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "results.json")
+            with open(p, "w") as f:
+                json.dump({"score": 3, "tests": []}, f)
+            with self.assertRaises(report.ReportError):
+                report.load_results_json(p)
+
+    def test_hostile_output_is_sanitized_and_capped(self):
+        res = graded()
+        res.tests[1].output = "a\x00b\x1b[31mred\udcff" + "z" * (100 << 10)
+        doc = report.gradescope_json(res)
+        out = doc["tests"][1]["output"]
+        self.assertNotIn("\x00", out)
+        self.assertIn("\\x1b", out)
+        self.assertLess(len(out), 40 << 10)
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+
+
+class JUnitTest(unittest.TestCase):
+    def test_structure(self):
+        res = graded("crash.channel.log", console="crash.console.log",
+                     host_tests=host_tests(clean="failed"))
+        root = ET.fromstring(report.junit_xml(res))
+        suite = root.find("testsuite")
+        self.assertEqual(suite.get("name"), "doorbell.alice")
+        self.assertEqual(suite.get("tests"), "6")
+        self.assertEqual(suite.get("errors"), "2")       # race, cost crashed
+        self.assertEqual(suite.get("failures"), "1")     # clean_log
+        cases = {c.get("name"): c for c in suite.findall("testcase")}
+        self.assertEqual(list(cases), [t.name for t in SPEC.tests])
+        self.assertIsNotNone(cases["race"].find("error"))
+        self.assertIn("crashed", cases["race"].find("error").get("message"))
+        self.assertIsNotNone(cases["clean_log"].find("failure"))
+        self.assertIsNone(cases["build"].find("failure"))
+        self.assertIsNotNone(cases["race"].find("system-out"))
+        props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+        self.assertEqual(props["seeds"], "1,2,3")
+        self.assertEqual(props["profile"], "sn2")
+        self.assertEqual(props["fabric.route_ns"], "400")
+        self.assertIn("--seed", props["replay"])
+        self.assertIn("RIP: 0010:ringdrv_complete", suite.find("system-out").text)
+
+    def test_skipped_and_partial(self):
+        res = graded()
+        res.tests[4] = report.TestOutcome("cost", 5, 10, "passed", "read-back fix: heavier")
+        root = ET.fromstring(report.junit_xml(res))
+        cases = {c.get("name"): c for c in root.iter("testcase")}
+        self.assertIsNotNone(cases["cost"].find("failure"))      # 5/10 is not full marks
+        res = graded()
+        root = ET.fromstring(report.junit_xml(res))
+        cases = {c.get("name"): c for c in root.iter("testcase")}
+        self.assertIsNotNone(cases["cost"].find("skipped"))
+
+    def test_control_characters_do_not_break_xml(self):
+        res = graded(student="bob")
+        res.tests[2].output = "ok\x00\x07\x1b[0m \udcff end"
+        res.console_excerpt = "\x00panic\x08"
+        root = ET.fromstring(report.junit_xml(res))
+        self.assertIsNotNone(root)
+
+
+class SummaryTest(unittest.TestCase):
+    def test_what_failed_and_why(self):
+        text = report.summary_text(graded())
+        self.assertIn("alice: 50/100", text)
+        self.assertIn("What failed and why:", text)
+        self.assertIn("- race (0/40): the test ran and did not pass.", text)
+        self.assertIn("6 commands lost", text)
+        self.assertIn("skipped", text)
+        self.assertIn("scripts/grade --lab doorbell --seed 1", text)
+        self.assertIn("Console log: /out/alice/console.log", text)
+
+    def test_crash_summary_has_the_oops(self):
+        text = report.summary_text(graded("crash.channel.log", console="crash.console.log"))
+        self.assertIn("the guest crashed, hung or was stopped", text)
+        self.assertIn("Oops: 0000", text)
+        self.assertIn("Kernel panic - not syncing", text)
+
+    def test_passing_summary_is_short(self):
+        text = report.summary_text(graded("pass.channel.log"))
+        self.assertNotIn("What failed", text)
+        self.assertIn("100/100", text)
+
+
+class FilesTest(unittest.TestCase):
+    def test_write_all(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "alice")
+            paths = report.write_all(graded(), out)
+            self.assertEqual(sorted(os.listdir(out)), ["junit.xml", "results.json", "summary.txt"])
+            for p in paths.values():
+                self.assertGreater(os.path.getsize(p), 100)
+                self.assertEqual(os.stat(p).st_mode & 0o777, 0o644)
+            json.load(open(paths["results"]))
+            ET.parse(paths["junit"])
+
+    def test_undecodable_submission_path(self):
+        with tempfile.TemporaryDirectory() as d:
+            res = graded(student="fr_d")
+            res.submission = "class/fr\udce9d.tar.gz"       # from a non-UTF-8 folder name
+            paths = report.write_all(res, os.path.join(d, "fr_d"))
+            doc = json.load(open(paths["results"], encoding="utf-8"))
+            self.assertIn("fr\ufffdd", doc["extra_data"]["mmiolab"]["submission"])
+            ET.parse(paths["junit"])
+            report.update_gradebook(os.path.join(d, "gb.csv"), [res])
+
+    def test_atomic_write_keeps_the_old_file_on_failure(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "results.json")
+            report.atomic_write(p, "old\n")
+            with mock.patch("os.replace", side_effect=OSError("disk gone")):
+                with self.assertRaises(OSError):
+                    report.atomic_write(p, "new\n")
+            self.assertEqual(open(p).read(), "old\n")
+            self.assertEqual(os.listdir(d), ["results.json"])   # no temp file left
+
+
+def _append_rows(args):
+    path, worker = args
+    for i in range(5):
+        res = graded("pass.channel.log", student=f"w{worker}s{i}")
+        report.update_gradebook(path, [res])
+    return worker
+
+
+class GradebookTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.book = os.path.join(self.d, "gradebook.csv")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def rows(self, path=None):
+        with open(path or self.book, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def test_one_row_per_student(self):
+        report.update_gradebook(self.book, [graded(student="alice"),
+                                            graded("pass.channel.log", student="bob")])
+        rows = self.rows()
+        self.assertEqual([r["student"] for r in rows], ["alice", "bob"])
+        a = rows[0]
+        self.assertEqual((a["score"], a["max_score"], a["test:race"], a["test:build"]),
+                         ("50", "100", "0", "10"))
+        self.assertEqual(a["first_failing_seed"], "1")
+        self.assertEqual(a["seeds"], "1 2 3")
+        self.assertEqual(a["profile"], "sn2")
+        self.assertIn("route_ns=400", a["params"])
+        self.assertIn("race(failed)", a["failed_tests"])
+        self.assertEqual(rows[1]["failed_tests"], "")
+
+    def test_regrade_replaces_and_older_is_kept_out(self):
+        report.update_gradebook(self.book, [graded(student="alice",
+                                                   graded_at="2025-01-02T10:00:00+00:00")])
+        rep = report.update_gradebook(self.book, [graded("pass.channel.log", student="alice",
+                                                         graded_at="2025-01-03T10:00:00+00:00")])
+        self.assertEqual((rep.replaced, rep.rows), (1, 1))
+        self.assertEqual(self.rows()[0]["score"], "100")
+        rep = report.update_gradebook(self.book, [graded(student="alice",
+                                                         graded_at="2025-01-01T10:00:00+00:00")])
+        self.assertEqual(rep.kept, 1)
+        self.assertEqual(self.rows()[0]["score"], "100")
+
+    def test_formula_injection_is_neutralized(self):
+        report.update_gradebook(self.book, [graded(student="=HYPERLINK(\"x\")"),
+                                            graded(student="@SUM(1)")])
+        ids = sorted(r["student"] for r in self.rows())
+        self.assertEqual(ids, ["'=HYPERLINK(\"x\")", "'@SUM(1)"])
+        # and a re-grade still finds the same row
+        rep = report.update_gradebook(self.book, [graded(student="@SUM(1)")])
+        self.assertEqual((rep.replaced, rep.rows), (1, 2))
+
+    def test_concurrent_writers_lose_nothing(self):
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(4) as pool:
+            pool.map(_append_rows, [(self.book, w) for w in range(4)])
+        self.assertEqual(len(self.rows()), 20)
+
+    def make_shard(self, name, students, host, when):
+        shard = os.path.join(self.d, name)
+        for s in students:
+            res = graded("pass.channel.log" if s.endswith("ok") else "race-fail.channel.log",
+                         student=s, host=host, graded_at=when)
+            report.write_all(res, os.path.join(shard, s))
+        return shard
+
+    def test_merge_shards_from_several_hosts(self):
+        a = self.make_shard("host-a", ["s1_ok", "s2", "s3_ok"], "host-a", "2025-05-01T10:00:00+00:00")
+        b = self.make_shard("host-b", ["s4", "s5_ok", "s2"], "host-b", "2025-05-01T11:00:00+00:00")
+        bad = os.path.join(b, "broken")
+        os.makedirs(bad)
+        with open(os.path.join(bad, "results.json"), "w") as f:
+            f.write("{ half a file")
+        extra = os.path.join(self.d, "shard-c.csv")
+        report.update_gradebook(extra, [graded(student="s6", host="host-c")])
+        rep = report.merge([a, b, extra], self.book)
+        rows = {r["student"]: r for r in self.rows()}
+        self.assertEqual(sorted(rows), ["s1_ok", "s2", "s3_ok", "s4", "s5_ok", "s6"])
+        self.assertEqual(rows["s2"]["host"], "host-b")           # the newer grading wins
+        self.assertEqual(rows["s6"]["host"], "host-c")
+        self.assertTrue(rows["s1_ok"]["results"].endswith("results.json"))
+        self.assertEqual(len(rep.problems), 1)
+        self.assertIn("broken", rep.problems[0])
+        again = report.merge([a, b, extra], self.book)            # idempotent
+        self.assertEqual(again.rows, 6)
+        self.assertEqual(len(self.rows()), 6)
+
+    def test_merge_entry_point(self):
+        a = self.make_shard("host-a", ["s1_ok", "s2"], "host-a", "2025-05-01T10:00:00+00:00")
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts"))
+        p = subprocess.run([sys.executable, "-m", "mmiolab.report", "merge", "-o", self.book, a],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("2 students", p.stdout)
+        self.assertEqual(len(self.rows()), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

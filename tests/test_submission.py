@@ -1,0 +1,558 @@
+"""Submission intake against a corpus of bad submissions built here, plus the
+per-lab data (labspec) that intake and the grader read.
+
+The corpus is generated in a temporary folder by the tests themselves (no
+committed binaries): every entry is one hostile or broken submission and the
+verdict it must get. After the whole corpus has gone through intake, a
+snapshot of everything outside the scratch folders must be unchanged and no
+file may have appeared where a traversal tried to put one.
+"""
+
+import hashlib
+import io
+import os
+import stat
+import tarfile
+import tempfile
+import textwrap
+import unittest
+import zipfile
+
+from mmiolab import labspec
+from mmiolab import submission as sub
+
+SRC = b"// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\nMODULE_LICENSE(\"GPL\");\n"
+ALLOWED = ["ringdrv.c"]
+SMALL = sub.IntakeLimits(max_file_bytes=4096, max_members=50, max_total_bytes=1 << 20,
+                         max_archive_bytes=8 << 20)
+
+
+# ---------------------------------------------------------------------------- builders
+
+def reg(name, data=SRC):
+    ti = tarfile.TarInfo(name)
+    ti.size = len(data)
+    ti.mode = 0o644
+    return ti, data
+
+
+def link(name, target, kind):
+    ti = tarfile.TarInfo(name)
+    ti.type = kind
+    ti.linkname = target
+    return ti, None
+
+
+def special(name, kind):
+    ti = tarfile.TarInfo(name)
+    ti.type = kind
+    ti.devmajor, ti.devminor = 1, 3
+    return ti, None
+
+
+def make_tar(path, members, mode="w:gz", fmt=tarfile.GNU_FORMAT):
+    with tarfile.open(path, mode, format=fmt) as t:
+        for ti, data in members:
+            t.addfile(ti, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def make_zip(path, members):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for m in members:
+            if isinstance(m, zipfile.ZipInfo):
+                z.writestr(m, b"/etc/passwd")
+            else:
+                name, data = m
+                z.writestr(name, data)
+    return path
+
+
+def make_dir(path, files):
+    os.makedirs(path)
+    for name, data in files.items():
+        full = os.path.join(path, name)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data)
+    return path
+
+
+def snapshot(root, skip):
+    """Every path under root (not following links) with its type, size and content hash."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
+        for name in dirs + files:
+            full = os.path.join(folder, name)
+            st = os.lstat(full)
+            digest = ""
+            if stat.S_ISREG(st.st_mode):
+                with open(full, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out[os.path.relpath(full, root)] = (stat.S_IFMT(st.st_mode), st.st_size, digest)
+    return out
+
+
+# ---------------------------------------------------------------------------- corpus
+
+def build_corpus(d):
+    """[(label, path, limits, expected verdict, expected ignored reasons)]."""
+    C = []
+
+    def add(label, path, verdict, reasons=(), limits=sub.DEFAULT_LIMITS):
+        C.append((label, path, limits, verdict, set(reasons)))
+
+    j = lambda *p: os.path.join(d, *p)
+    # accepted
+    add("plain .c file under another name", make_dir(j("plain"), {"alice.c": SRC}) and
+        j("plain", "alice.c"), sub.OK)
+    add("folder with Makefile and Kbuild", make_dir(j("folder"), {
+        "ringdrv.c": SRC, "Makefile": b"obj-m += evil.o\n", "Kbuild": b"obj-m := x.o\n",
+        "notes.txt": b"hi\n"}), sub.OK, {sub.BUILD_FILE, sub.NOT_ALLOWED})
+    add("tar.gz with a single top-level folder", make_tar(j("nested.tar.gz"), [
+        reg("student/ringdrv.c"), reg("student/README.md", b"# readme\n")]), sub.OK,
+        {sub.NOT_ALLOWED})
+    add("zip with a single top-level folder and macOS junk", make_zip(j("nested.zip"), [
+        ("student/ringdrv.c", SRC), ("__MACOSX/student/._ringdrv.c", b"\0\5\26\7"),
+        ("student/.DS_Store", b"\0\0\0\1Bud1")]), sub.OK, {sub.METADATA})
+    add("traversal entries next to a good file are ignored", make_tar(j("trav-mixed.tgz"), [
+        reg("ringdrv.c"), reg("../../sentinel/pwned", b"x"),
+        reg("../../../../../../../../tmp/mmiolab-pwned", b"x")]), sub.OK, {sub.TRAVERSAL})
+    # refused: unsafe entries
+    add("tar with ../ringdrv.c", make_tar(j("traversal.tgz"), [reg("../ringdrv.c")]),
+        sub.TRAVERSAL, {sub.TRAVERSAL})
+    add("tar with ..\\ringdrv.c (Windows separator)", make_tar(j("traversal-bs.tar"), [
+        reg("..\\ringdrv.c")], mode="w"), sub.TRAVERSAL, {sub.TRAVERSAL})
+    add("tar with an absolute path", make_tar(j("absolute.tgz"), [reg("/tmp/ringdrv.c")]),
+        sub.ABSOLUTE, {sub.ABSOLUTE})
+    add("zip with ../ringdrv.c", make_zip(j("traversal.zip"), [("../ringdrv.c", SRC)]),
+        sub.TRAVERSAL, {sub.TRAVERSAL})
+    add("tar with a symlink ringdrv.c -> /etc/passwd", make_tar(j("symlink.tgz"), [
+        link("ringdrv.c", "/etc/passwd", tarfile.SYMTYPE)]), sub.SYMLINK, {sub.SYMLINK})
+    add("tar with a hardlink ringdrv.c -> /etc/shadow", make_tar(j("hardlink.tgz"), [
+        link("ringdrv.c", "/etc/shadow", tarfile.LNKTYPE)]), sub.HARDLINK, {sub.HARDLINK})
+    add("tar with a character device", make_tar(j("chardev.tgz"), [
+        special("ringdrv.c", tarfile.CHRTYPE)]), sub.SPECIAL, {sub.SPECIAL})
+    add("tar with a fifo", make_tar(j("fifo.tgz"), [special("ringdrv.c", tarfile.FIFOTYPE)]),
+        sub.SPECIAL, {sub.SPECIAL})
+    zl = zipfile.ZipInfo("ringdrv.c")
+    zl.create_system = 3
+    zl.external_attr = (stat.S_IFLNK | 0o777) << 16
+    add("zip with a symlink entry", make_zip(j("symlink.zip"), [zl]), sub.SYMLINK,
+        {sub.SYMLINK})
+    link_dir = make_dir(j("linkdir"), {})
+    os.symlink("/etc/passwd", os.path.join(link_dir, "ringdrv.c"))
+    add("folder whose ringdrv.c is a symlink", link_dir, sub.SYMLINK, {sub.SYMLINK})
+    fifo_dir = make_dir(j("fifodir"), {})
+    os.mkfifo(os.path.join(fifo_dir, "ringdrv.c"))
+    add("folder whose ringdrv.c is a fifo (would block a naive reader)", fifo_dir,
+        sub.SPECIAL, {sub.SPECIAL})
+    os.symlink(j("folder"), j("student-link"))
+    add("the submission itself is a symlink", j("student-link"), sub.SYMLINK)
+    # refused: sizes and bombs
+    add("ringdrv.c over the per-file cap", make_dir(j("huge"), {
+        "ringdrv.c": SRC + b"/*" + b"x" * (1 << 20) + b"*/\n"}), sub.TOO_LARGE, {sub.TOO_LARGE})
+    bomb = j("bomb.zip")
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("ringdrv.c", SRC)
+        z.writestr("zeros.bin", b"\0" * (4 << 20))        # 4 MiB -> a few KiB
+    add("zip bomb: members expand past the total cap", bomb, sub.ARCHIVE_TOO_LARGE,
+        limits=SMALL)
+    add("zip with too many members", make_zip(j("many.zip"), [
+        (f"f{i}.txt", b"x") for i in range(80)] + [("ringdrv.c", SRC)]), sub.TOO_MANY,
+        limits=SMALL)
+    add("tar with too many members", make_tar(j("many.tgz"), [
+        reg(f"f{i}.txt", b"x") for i in range(80)] + [reg("ringdrv.c")]), sub.TOO_MANY,
+        limits=SMALL)
+    pax = tarfile.TarInfo("ringdrv.c")
+    pax.size = len(SRC)
+    pax.pax_headers = {"comment": "A" * (6 << 20)}         # 6 MiB header, gzips to KiBs
+    add("tar.gz bomb hidden in a pax header", make_tar(j("paxbomb.tgz"), [(pax, SRC)],
+                                                        fmt=tarfile.PAX_FORMAT),
+        sub.ARCHIVE_TOO_LARGE, limits=SMALL)
+    # refused: contents and names
+    add("binary ringdrv.c (an object file)", make_tar(j("binary.tgz"), [
+        reg("ringdrv.c", b"\x7fELF\x02\x01\x01\0\0\0\0\0")]), sub.BINARY, {sub.BINARY})
+    add("ringdrv.c in Latin-1", make_dir(j("latin1"), {
+        "ringdrv.c": "/* r\u00e9sum\u00e9 */\n".encode("latin-1") + SRC}), sub.NOT_UTF8,
+        {sub.NOT_UTF8})
+    add("non-UTF-8 file name", make_tar(j("badname.tar"), [
+        reg("ring\udcffdrv.c".encode("utf-8", "surrogateescape").decode(
+            "utf-8", "surrogateescape"))], mode="w"), sub.MISSING, {sub.BAD_NAME})
+    zbad = j("badname.zip")
+    make_zip(zbad, [("ringXdrv.c", SRC)])
+    with open(zbad, "rb") as f:
+        raw = f.read()
+    with open(zbad, "wb") as f:
+        f.write(raw.replace(b"ringXdrv.c", b"ring\xffdrv.c"))
+    add("zip with a non-UTF-8 file name", zbad, sub.MISSING, {sub.BAD_NAME})
+    add("Makefile and Kbuild only", make_tar(j("buildonly.tgz"), [
+        reg("Makefile", b"all:\n\trm -rf /\n"), reg("Kbuild", b"obj-m := x.o\n")]),
+        sub.MISSING, {sub.BUILD_FILE})
+    add("wrong case: RingDrv.c", make_zip(j("case.zip"), [("RingDrv.c", SRC)]), sub.MISSING,
+        {sub.NOT_ALLOWED})
+    add("two ringdrv.c in different folders", make_tar(j("two.tgz"), [
+        reg("v1/ringdrv.c"), reg("v2/ringdrv.c", SRC + b"// v2\n")]), sub.AMBIGUOUS)
+    with zipfile.ZipFile(j("dup.zip"), "w") as z:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            z.writestr("ringdrv.c", SRC)
+            z.writestr("ringdrv.c", SRC + b"// again\n")
+    add("zip with the same name twice", j("dup.zip"), sub.AMBIGUOUS)
+    add("a binary ringdrv.c next to a good one is still ambiguous", make_tar(j("two-bin.tgz"), [
+        reg("ringdrv.c"), reg("old/ringdrv.c", b"\0\0\0")]), sub.AMBIGUOUS)
+    add("empty tar", make_tar(j("empty.tgz"), []), sub.EMPTY)
+    with zipfile.ZipFile(j("empty.zip"), "w"):
+        pass
+    add("empty zip", j("empty.zip"), sub.EMPTY)
+    open(j("zero.tar.gz"), "wb").close()
+    add("zero-byte archive", j("zero.tar.gz"), sub.EMPTY)
+    add("empty ringdrv.c", make_dir(j("emptyc"), {"ringdrv.c": b""}), sub.EMPTY, {sub.EMPTY})
+    with open(j("corrupt.tar.gz"), "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00" + os.urandom(300))
+    add("corrupt gzip", j("corrupt.tar.gz"), sub.CORRUPT)
+    good = make_zip(j("trunc-src.zip"), [("ringdrv.c", SRC * 50)])
+    with open(good, "rb") as f:
+        raw = f.read()
+    with open(j("truncated.zip"), "wb") as f:
+        f.write(raw[:len(raw) // 2])
+    add("truncated zip", j("truncated.zip"), sub.CORRUPT)
+    gz = make_tar(j("trunc-src.tgz"), [reg("ringdrv.c", os.urandom(3000).hex().encode())])
+    with open(gz, "rb") as f:
+        raw = f.read()
+    with open(j("truncated.tgz"), "wb") as f:
+        f.write(raw[:len(raw) - 40])
+    add("truncated tar.gz", j("truncated.tgz"), sub.CORRUPT)
+    with open(j("homework.rar"), "wb") as f:
+        f.write(b"Rar!\x1a\x07\x00" + b"\0" * 40)
+    add("unsupported archive type", j("homework.rar"), sub.UNSUPPORTED)
+    add("missing path", j("no-such-submission"), sub.NOT_FOUND)
+    return C
+
+
+class CorpusTest(unittest.TestCase):
+    """Each bad submission gets its verdict; nothing outside scratch changes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="mmiolab-corpus-")
+        root = cls.tmp.name
+        cls.root = root
+        cls.corpus_dir = os.path.join(root, "corpus")
+        os.makedirs(cls.corpus_dir)
+        cls.sentinel = make_dir(os.path.join(root, "sentinel"), {"keep.txt": b"do not touch\n"})
+        cls.scratch_root = os.path.join(root, "scratch")
+        os.makedirs(cls.scratch_root)
+        cls.corpus = build_corpus(cls.corpus_dir)
+        cls.before = snapshot(root, {cls.scratch_root})
+        cls.results = {}
+        for i, (label, path, limits, _, _) in enumerate(cls.corpus):
+            scratch = os.path.join(cls.scratch_root, f"s{i}")
+            cls.results[label] = sub.intake(path, ALLOWED, scratch, limits)
+        cls.after = snapshot(root, {cls.scratch_root})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_corpus_is_big_enough(self):
+        bad = [c for c in self.corpus if c[3] != sub.OK]
+        self.assertGreaterEqual(len(bad), 15)
+        self.assertGreaterEqual(len({c[3] for c in bad}), 12)   # many distinct verdicts
+
+    def test_each_verdict(self):
+        for label, path, _, verdict, reasons in self.corpus:
+            r = self.results[label]
+            with self.subTest(label):
+                self.assertEqual(r.verdict, verdict, r.describe())
+                self.assertTrue(r.message)
+                got = {i.reason for i in r.ignored}
+                self.assertTrue(reasons <= got, f"{label}: want {reasons} in {got}")
+
+    def test_accepted_ones_hold_exactly_the_allowed_file(self):
+        for label, *_ in self.corpus:
+            r = self.results[label]
+            with self.subTest(label):
+                listing = sorted(os.listdir(r.scratch))
+                if r.ok:
+                    self.assertEqual(listing, ["ringdrv.c"])
+                    self.assertEqual([t.name for t in r.taken], ["ringdrv.c"])
+                    with open(r.files()["ringdrv.c"], "rb") as f:
+                        self.assertEqual(f.read(), SRC)
+                else:
+                    self.assertEqual(listing, [], "a refused submission leaves scratch empty")
+                    self.assertEqual(r.taken, [])
+
+    def test_nothing_outside_scratch_changed(self):
+        self.assertEqual(self.before, self.after)
+        self.assertFalse(os.path.exists(os.path.join(self.sentinel, "pwned")))
+        self.assertFalse(os.path.lexists("/tmp/mmiolab-pwned"))
+        for p in self.sentinel, self.corpus_dir:
+            self.assertFalse(os.path.lexists(os.path.join(os.path.dirname(p), "ringdrv.c")))
+
+    def test_scratch_dirs_are_all_inside_scratch_root(self):
+        for r in self.results.values():
+            self.assertEqual(os.path.dirname(r.scratch), self.scratch_root)
+            for t in r.taken:
+                self.assertEqual(os.path.dirname(t.path), r.scratch)
+
+    def test_unsafe_entries_are_flagged(self):
+        r = self.results["traversal entries next to a good file are ignored"]
+        self.assertTrue(r.ok)
+        self.assertEqual(len(r.unsafe), 2)
+        self.assertIn("path-traversal", r.describe())
+
+    def test_messages_are_plain_and_printable(self):
+        for label, *_ in self.corpus:
+            text = self.results[label].describe()
+            with self.subTest(label):
+                self.assertTrue(text.isprintable() or "\n" in text)
+                text.encode("utf-8")       # no lone surrogates leak out
+        r = self.results["non-UTF-8 file name"]
+        self.assertIn("\\xff", r.describe())
+        self.assertIn("did you mean ringdrv.c", self.results["wrong case: RingDrv.c"].describe())
+        self.assertIn("v1/ringdrv.c", self.results["two ringdrv.c in different folders"].message)
+
+
+class IntakeTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_fresh_scratch_by_default_and_cleanup(self):
+        path = make_dir(os.path.join(self.d, "s"), {"ringdrv.c": SRC})
+        r = sub.intake(path, ALLOWED)
+        try:
+            self.assertTrue(r.ok)
+            self.assertTrue(os.path.isdir(r.scratch))
+        finally:
+            sub.cleanup(r)
+        self.assertFalse(os.path.exists(r.scratch))
+
+    def test_scratch_must_be_new_or_empty(self):
+        path = make_dir(os.path.join(self.d, "s"), {"ringdrv.c": SRC})
+        busy = make_dir(os.path.join(self.d, "busy"), {"x": b"1"})
+        with self.assertRaises(sub.SubmissionError):
+            sub.intake(path, ALLOWED, busy)
+        os.symlink(busy, os.path.join(self.d, "ln"))
+        with self.assertRaises(sub.SubmissionError):
+            sub.intake(path, ALLOWED, os.path.join(self.d, "ln"))
+
+    def test_deep_nesting_is_fine_when_unique(self):
+        path = make_tar(os.path.join(self.d, "deep.tgz"), [reg("a/b/c/d/ringdrv.c")])
+        self.assertTrue(sub.intake(path, ALLOWED, os.path.join(self.d, "x")).ok)
+
+    def test_multi_file_lab(self):
+        path = make_zip(os.path.join(self.d, "two.zip"),
+                        [("s/a.c", SRC), ("s/b.h", b"#define B 1\n")])
+        r = sub.intake(path, ["a.c", "b.h"], os.path.join(self.d, "x"))
+        self.assertTrue(r.ok, r.describe())
+        self.assertEqual(sorted(r.files()), ["a.c", "b.h"])
+        r = sub.intake(path, ["a.c", "c.h"], os.path.join(self.d, "y"))
+        self.assertEqual(r.verdict, sub.MISSING)
+        self.assertIn("c.h", r.message)
+        self.assertEqual(os.listdir(r.scratch), [])
+
+    def test_bare_c_file_with_multi_file_lab_needs_its_name(self):
+        p = os.path.join(self.d, "x.c")
+        with open(p, "wb") as f:
+            f.write(SRC)
+        r = sub.intake(p, ["a.c", "b.h"], os.path.join(self.d, "s"))
+        self.assertEqual(r.verdict, sub.MISSING)
+
+    def test_hidden_folders_are_not_searched(self):
+        path = make_dir(os.path.join(self.d, "repo"), {
+            "ringdrv.c": SRC, ".git/objects/ringdrv.c": b"blob"})
+        r = sub.intake(path, ALLOWED, os.path.join(self.d, "s"))
+        self.assertTrue(r.ok, r.describe())
+        self.assertIn(sub.HIDDEN, {i.reason for i in r.ignored})
+
+    def test_device_node_in_a_folder(self):
+        path = make_dir(os.path.join(self.d, "dev"), {})
+        try:
+            os.mknod(os.path.join(path, "ringdrv.c"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        except PermissionError:
+            self.skipTest("cannot create device nodes here")
+        r = sub.intake(path, ALLOWED, os.path.join(self.d, "s"))
+        self.assertEqual(r.verdict, sub.SPECIAL)
+
+    def test_limits_from_lab(self):
+        spec = labspec.load_lab("doorbell")
+        lim = sub.IntakeLimits.from_lab(spec.limits)
+        self.assertEqual(lim.max_file_bytes, spec.limits.max_file_bytes)
+        path = make_dir(os.path.join(self.d, "s"), {"ringdrv.c": SRC})
+        r = sub.intake_for_lab(spec, path, os.path.join(self.d, "x"))
+        self.assertTrue(r.ok)
+        self.assertEqual(r.to_dict()["verdict"], "ok")
+
+
+class ClassDirTest(unittest.TestCase):
+    def test_expand_class(self):
+        with tempfile.TemporaryDirectory() as d:
+            make_dir(os.path.join(d, "alice"), {"ringdrv.c": SRC})
+            make_zip(os.path.join(d, "alice.zip"), [("ringdrv.c", SRC)])
+            make_tar(os.path.join(d, "bob.tar.gz"), [reg("ringdrv.c")])
+            make_zip(os.path.join(d, "carol.ZIP"), [("ringdrv.c", SRC)])
+            with open(os.path.join(d, "dave.c"), "wb") as f:
+                f.write(SRC)
+            os.symlink("/etc", os.path.join(d, "eve"))
+            make_dir(os.path.join(d, ".git"), {})
+            with open(os.path.join(d, "roster.csv"), "w") as f:
+                f.write("id\n")
+            weird = os.path.join(d.encode(), b"fr\xe9d=1")
+            os.mkdir(weird)
+            scan = sub.scan_class(d)
+            ids = {e.student_id: os.path.basename(e.path) for e in scan.entries}
+            self.assertEqual(ids["alice"], "alice")
+            self.assertEqual(ids["alice.zip"], "alice.zip")
+            self.assertEqual(ids["bob"], "bob.tar.gz")
+            self.assertEqual(ids["carol"], "carol.ZIP")
+            self.assertEqual(ids["dave"], "dave.c")
+            self.assertEqual(ids["eve"], "eve")
+            self.assertIn("fr_d_1", ids)
+            self.assertEqual(len(ids), len(scan.entries))
+            self.assertEqual({i.reason for i in scan.skipped}, {sub.HIDDEN, sub.NOT_ALLOWED})
+            self.assertEqual(sub.expand_class(d), scan.entries)
+            sid, path = scan.entries[0]          # plain (student_id, path) tuples
+            self.assertTrue(os.path.exists(path))
+            r = sub.intake(os.path.join(d, "eve"), ALLOWED, os.path.join(d, "..", "s-" +
+                                                                         os.path.basename(d)))
+            self.assertEqual(r.verdict, sub.SYMLINK)
+            sub.cleanup(r)
+
+    def test_missing_class_dir(self):
+        with self.assertRaises(sub.SubmissionError):
+            sub.expand_class("/nonexistent/class")
+
+    def test_safe_id(self):
+        self.assertEqual(sub.safe_id("../../etc"), "_.._etc")
+        self.assertEqual(sub.safe_id(".hidden"), "hidden")
+        self.assertEqual(sub.safe_id(""), "student")
+        self.assertEqual(sub.safe_id("a b/c"), "a_b_c")
+
+
+# ---------------------------------------------------------------------------- labspec
+
+GOOD_TOML = textwrap.dedent("""\
+    schema = 1
+    name = "demo"
+    title = "A demo lab"
+    module = "demodrv"
+    files = ["demo.c"]
+    symbols = ["_printk", "__x86_indirect_thunk_*"]
+    default_seeds = [7]
+    [limits]
+    run_timeout = 30
+    [fabric]
+    profile = "pci"
+    semantics = "5.2"
+    route_ns = 400
+    [[tests]]
+    name = "build"
+    points = 10
+    visibility = "visible"
+    source = "host"
+    description = "builds"
+    [[tests]]
+    name = "race"
+    points = 30
+    visibility = "hidden"
+    per_seed = true
+    description = "no race"
+    """)
+
+
+class LabSpecTest(unittest.TestCase):
+    def test_doorbell(self):
+        spec = labspec.load_lab("doorbell")
+        self.assertEqual(spec.files, ("ringdrv.c",))
+        self.assertEqual(spec.module, "ringdrv")
+        self.assertEqual([t.name for t in spec.tests],
+                         ["build", "load_unload", "single_cpu", "race", "cost", "clean_log"])
+        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 40, 10, 10])
+        self.assertEqual(spec.max_score, 100)
+        self.assertEqual([t.name for t in spec.ktap_tests],
+                         ["load_unload", "single_cpu", "race", "cost"])
+        for s in ("mmiosim_mmiowb", "mmiosim_read", "mmiosim_write", "__fentry__",
+                  "__x86_return_thunk", "__stack_chk_fail", "_printk", "__this_module",
+                  "_raw_spin_lock_irqsave", "_raw_spin_unlock_irqrestore", "ioremap",
+                  "dma_alloc_attrs", "request_threaded_irq", "misc_register",
+                  "__platform_driver_register", "wait_for_completion_timeout", "kfree",
+                  "__kmalloc", "__x86_indirect_thunk_rax"):
+            self.assertTrue(spec.symbol_allowed(s), s)
+        self.assertEqual(spec.forbidden_symbols(["_printk", "filp_open", "kallsyms_lookup_name",
+                                                 "mmiosim_set_profile"]),
+                         ["filp_open", "kallsyms_lookup_name", "mmiosim_set_profile"])
+        self.assertEqual(spec.fabric["profile"], "sn2")
+        self.assertGreater(spec.limits.console_cap, 0)
+        self.assertTrue(spec.default_seeds)
+        self.assertIn("doorbell", labspec.lab_names())
+
+    def test_undefined_symbols_from_nm(self):
+        nm = "                 U _printk\n                 U filp_open\n0000 T init_module\n" \
+             "U __fentry__\n"
+        self.assertEqual(labspec.undefined_symbols(nm), ["_printk", "filp_open", "__fentry__"])
+
+    def _load(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(text)
+        try:
+            return labspec.load(f.name)
+        finally:
+            os.unlink(f.name)
+
+    def test_good_minimal(self):
+        spec = self._load(GOOD_TOML)
+        self.assertEqual(spec.limits.run_timeout, 30.0)
+        self.assertEqual(spec.limits.build_timeout, 120.0)
+        self.assertEqual(spec.fabric["route_ns"], 400)
+        self.assertTrue(spec.test("race").per_seed)
+        self.assertEqual(spec.test("race").visibility, "hidden")
+        with self.assertRaises(KeyError):
+            spec.test("nope")
+
+    def test_bad_specs_say_what_is_wrong(self):
+        cases = {
+            'points = 30\n': ('points = 30\n', 'point = 30\n', "tests[1].point"),
+            "unknown top key": ('schema = 1\n', 'schema = 1\nextra = 1\n', "extra"),
+            "bad visibility": ('visibility = "hidden"', 'visibility = "secret"', "visibility"),
+            "duplicate test": ('name = "race"', 'name = "build"', "duplicate"),
+            "traversal in files": ('files = ["demo.c"]', 'files = ["../demo.c"]', "files[0]"),
+            "Makefile in files": ('files = ["demo.c"]', 'files = ["Makefile"]', "Makefile"),
+            "negative points": ('points = 30', 'points = -1', "points"),
+            "bad seeds": ('default_seeds = [7]', 'default_seeds = []', "default_seeds"),
+            "bad profile": ('profile = "pci"', 'profile = "alpha"', "fabric.profile"),
+            "bad semantics": ('semantics = "5.2"', 'semantics = 5.2', "fabric.semantics"),
+            "bad limit": ('run_timeout = 30', 'run_timeout = 0', "limits.run_timeout"),
+            "bad source": ('source = "host"', 'source = "guest"', "source"),
+            "bad test name": ('name = "race"', 'name = "race # 1"', "tests[1].name"),
+            "bad schema": ('schema = 1', 'schema = 2', "schema"),
+            "bad module": ('module = "demodrv"', 'module = "demo-drv"', "module"),
+            "missing title": ('title = "A demo lab"\n', '', "title: missing"),
+            "bad symbol": ('"_printk"', '"_printk; rm"', "symbols[0]"),
+        }
+        for label, (old, new, needle) in cases.items():
+            self.assertIn(old, GOOD_TOML, label)
+            with self.subTest(label):
+                with self.assertRaises(labspec.LabSpecError) as cm:
+                    self._load(GOOD_TOML.replace(old, new, 1))
+                self.assertIn(needle, str(cm.exception))
+        with self.assertRaises(labspec.LabSpecError) as cm:
+            self._load("name = [")
+        self.assertIn("not valid TOML", str(cm.exception))
+
+    def test_unknown_lab(self):
+        with self.assertRaises(labspec.LabSpecError) as cm:
+            labspec.load_lab("nosuchlab")
+        self.assertIn("doorbell", str(cm.exception))
+        with self.assertRaises(labspec.LabSpecError):
+            labspec.load_lab("../etc")
+
+
+if __name__ == "__main__":
+    unittest.main()
