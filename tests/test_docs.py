@@ -1,0 +1,480 @@
+"""The documentation site (issue 6).
+
+- The site builds with the command `make docs` runs: warnings are errors (-W)
+  and unresolved references are warnings (-n).
+- No link in the generated HTML points to a local file or anchor that does not
+  exist.
+- The doorbell handout (labs/doorbell/README.rst) is plain reStructuredText:
+  it renders on its own with docutils, and the site includes it.
+- In Debian's headless Chromium, the index and a lab page load with no console
+  errors and no request leaving this machine, and the search page finds
+  "mmiowb". Screenshots are left in build/test-docs/screenshots/.
+
+The site is built fresh into build/test-docs/html (an incremental build would
+not repeat the warnings of unchanged pages). Standard library only; Sphinx,
+docutils and Chromium run as subprocesses.
+"""
+
+import base64
+import fcntl
+import functools
+import html.parser
+import http.server
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+OUT = os.path.join(ROOT, "build", "test-docs")
+HTML = os.path.join(OUT, "html")
+SHOTS = os.path.join(OUT, "screenshots")
+HANDOUT = os.path.join(ROOT, "labs", "doorbell", "README.rst")
+
+# Pages that must exist: one per topic the issue asks for.
+PAGES = [
+    "index.html",
+    "concepts/posting.html",
+    "concepts/readback.html",
+    "concepts/ordering.html",
+    "history/mmiowb-2004.html",
+    "history/qla1280.html",
+    "history/linux-5.2.html",
+    "kit/platform.html",
+    "kit/vm.html",
+    "labs/index.html",
+    "labs/doorbell.html",
+    "instructor/index.html",
+    "instructor/threat-model.html",
+    "reference/accessors.html",
+    "reference/glossary.html",
+    "reference/sources.html",
+    "search.html",
+    "genindex.html",
+]
+
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
+    "--remote-debugging-pipe",
+]
+
+
+def sphinx_command(outdir):
+    """Exactly what `make docs` runs, with another output directory."""
+    return [PY, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html", "-c", ".",
+            "Documentation", outdir]
+
+
+_BUILD = {}
+
+
+def build_site():
+    """Build once per test run; return (returncode, output, seconds)."""
+    if not _BUILD:
+        shutil.rmtree(OUT, ignore_errors=True)
+        os.makedirs(OUT)
+        t0 = time.monotonic()
+        p = subprocess.run(sphinx_command(HTML), cwd=ROOT, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=300)
+        _BUILD.update(rc=p.returncode, out=p.stdout, seconds=time.monotonic() - t0)
+    return _BUILD["rc"], _BUILD["out"], _BUILD["seconds"]
+
+
+def require_site(test):
+    rc, out, _ = build_site()
+    if rc != 0:
+        test.fail("the documentation does not build:\n" + out[-4000:])
+
+
+class _Links(html.parser.HTMLParser):
+    """Collects a page's ids and the URLs it refers to."""
+
+    REFS = {"a": "href", "link": "href", "script": "src", "img": "src", "iframe": "src",
+            "object": "data", "source": "src"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids = set()
+        self.refs = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("id", "name"):
+            if a.get(key):
+                self.ids.add(a[key])
+        ref = a.get(self.REFS.get(tag, ""))
+        if ref is not None:
+            self.refs.append(ref)
+
+
+def _parse(path):
+    p = _Links()
+    with open(path, encoding="utf-8") as f:
+        p.feed(f.read())
+    return p
+
+
+class DocsBuildTest(unittest.TestCase):
+
+    def test_build_succeeds_with_warnings_as_errors(self):
+        rc, out, seconds = build_site()
+        self.assertEqual(rc, 0, "sphinx failed:\n" + out[-4000:])
+        self.assertNotIn("WARNING", out, "the build printed warnings")
+        self.assertLess(seconds, 120, "the docs build should take seconds, not minutes")
+
+    def test_expected_pages_exist(self):
+        require_site(self)
+        missing = [p for p in PAGES if not os.path.isfile(os.path.join(HTML, *p.split("/")))]
+        self.assertEqual(missing, [], "pages missing from the site")
+        for fig in ("race.svg", "fix-mmiowb.svg", "fix-readback.svg"):
+            self.assertTrue(os.path.isfile(os.path.join(HTML, "_images", fig)), fig)
+
+    def test_lab_page_includes_the_handout(self):
+        require_site(self)
+        with open(HANDOUT, encoding="utf-8") as f:
+            title = f.read().split("\n")[1].strip()
+        with open(os.path.join(HTML, "labs", "doorbell.html"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertIn(_text_of(title), _text_of(page), "labs/doorbell.html lacks the handout")
+
+    def test_no_broken_internal_links(self):
+        require_site(self)
+        pages = {}
+        for d, _, files in os.walk(HTML):
+            for name in files:
+                if name.endswith(".html"):
+                    path = os.path.join(d, name)
+                    pages[os.path.normpath(path)] = _parse(path)
+        self.assertGreater(len(pages), len(PAGES) - 1)
+        broken = []
+        for path, page in sorted(pages.items()):
+            for ref in page.refs:
+                u = urllib.parse.urlsplit(ref)
+                if u.scheme or u.netloc or ref.startswith("//"):
+                    continue            # external (http, https, mailto, data, javascript)
+                target = path
+                if u.path:
+                    target = os.path.normpath(os.path.join(os.path.dirname(path),
+                                                           urllib.parse.unquote(u.path)))
+                    if not target.startswith(HTML + os.sep):
+                        broken.append(f"{_rel(path)}: {ref} (outside the site)")
+                        continue
+                    if os.path.isdir(target):
+                        target = os.path.join(target, "index.html")
+                    if not os.path.exists(target):
+                        broken.append(f"{_rel(path)}: {ref}")
+                        continue
+                frag = urllib.parse.unquote(u.fragment)
+                if frag and target.endswith(".html") and target in pages:
+                    if frag not in pages[target].ids:
+                        broken.append(f"{_rel(path)}: {ref} (no such anchor)")
+        self.assertEqual(broken, [], "broken internal links")
+
+    def test_handout_renders_standalone(self):
+        """The handout must not depend on Sphinx: it is also read and packed on its own."""
+        code = (
+            "import sys, docutils.core\n"
+            "src = open(sys.argv[1], encoding='utf-8').read()\n"
+            "docutils.core.publish_string(src, source_path=sys.argv[1], writer_name='html',\n"
+            "    settings_overrides={'halt_level': 2, 'report_level': 2,\n"
+            "                        'output_encoding': 'unicode'})\n"
+        )
+        p = subprocess.run([PY, "-c", code, HANDOUT], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0,
+                         "labs/doorbell/README.rst is not plain reStructuredText:\n"
+                         + p.stderr[-3000:])
+
+
+def _rel(path):
+    return os.path.relpath(path, HTML)
+
+
+def _text_of(s):
+    """Collapse whitespace and the dashes/quotes Sphinx's smartquotes produce."""
+    s = html.unescape(s).replace("\u2013", "--").replace("\u2014", "---")
+    return " ".join(s.split())
+
+
+# --- headless Chromium over the DevTools protocol (pipe transport) ----------
+
+
+class CDPError(Exception):
+    pass
+
+
+def _high_fd(fd):
+    """Move fd to a number >= 10 (out of the way of the child's 3 and 4)."""
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return new
+
+
+class Chromium:
+    """A headless Chromium driven through --remote-debugging-pipe.
+
+    The browser reads commands on its fd 3 and writes replies and events on its
+    fd 4, each message NUL-terminated JSON. bash maps our pipe ends onto those
+    numbers; the ends are first moved to fds >= 10 so that neither is already
+    3 or 4 (POSIX sh could not redirect such fds, hence bash).
+    """
+
+    def __init__(self, binary, profile_dir, log_path):
+        to_child_r, self._to_child = map(_high_fd, os.pipe())
+        self._from_child, from_child_w = map(_high_fd, os.pipe())
+        script = (f'exec "$0" "$@" 3<&{to_child_r} 4>&{from_child_w} '
+                  f'{to_child_r}<&- {from_child_w}>&-')
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            ["/bin/bash", "-c", script, binary, *CHROMIUM_FLAGS,
+             f"--user-data-dir={profile_dir}", "about:blank"],
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._next_id = 0
+        self._replies = {}
+        self._cond = threading.Condition()
+        self.events = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(self._from_child, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                with self._cond:
+                    self._replies[None] = "closed"
+                    self._cond.notify_all()
+                return
+            buf += chunk
+            while b"\0" in buf:
+                raw, buf = buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                if "id" in msg:
+                    with self._cond:
+                        self._replies[msg["id"]] = msg
+                        self._cond.notify_all()
+                else:
+                    self.events.put(msg)
+
+    def call(self, method, params=None, session=None, timeout=20.0):
+        self._next_id += 1
+        mid = self._next_id
+        msg = {"id": mid, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._to_child, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while mid not in self._replies:
+                if None in self._replies:
+                    raise CDPError(f"{method}: the browser closed the connection")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CDPError(f"{method}: no reply in {timeout:.0f}s")
+                self._cond.wait(left)
+            reply = self._replies.pop(mid)
+        if "error" in reply:
+            raise CDPError(f"{method}: {reply['error']}")
+        return reply.get("result", {})
+
+    def close(self):
+        try:
+            self.call("Browser.close", timeout=5)
+        except (CDPError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)   # the group we started
+            self.proc.wait(timeout=10)
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._log.close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class BrowserTest(unittest.TestCase):
+    """The rendered site in Debian's Chromium, served from 127.0.0.1."""
+
+    browser = None
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = shutil.which("chromium") or shutil.which("chromium-browser")
+        if not cls.binary:
+            return
+        rc, _, _ = build_site()
+        if rc != 0:
+            return
+        handler = functools.partial(_QuietHandler, directory=HTML)
+        cls.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        cls.base = f"http://127.0.0.1:{cls.server.server_address[1]}/"
+        threading.Thread(target=cls.server.serve_forever, daemon=True).start()
+        os.makedirs(SHOTS, exist_ok=True)
+        cls.profile = tempfile.mkdtemp(prefix="chromium-", dir=OUT)
+        cls.browser = Chromium(cls.binary, cls.profile, os.path.join(OUT, "chromium.log"))
+        target = cls.browser.call("Target.createTarget", {"url": "about:blank"})
+        cls.session = cls.browser.call("Target.attachToTarget",
+                                       {"targetId": target["targetId"],
+                                        "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            cls.browser.call(f"{domain}.enable", session=cls.session)
+        cls.browser.call("Emulation.setDeviceMetricsOverride",
+                         {"width": 1280, "height": 900, "deviceScaleFactor": 1,
+                          "mobile": False}, session=cls.session)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.close()
+        if cls.server:
+            cls.server.shutdown()
+            cls.server.server_close()
+        if getattr(cls, "profile", None):
+            shutil.rmtree(cls.profile, ignore_errors=True)
+
+    def setUp(self):
+        if not self.binary:
+            self.fail("chromium is not installed: install Debian's 'chromium' package "
+                      "(`make deps` does) to run the browser tests")
+        require_site(self)
+        self._drain()
+
+    def _drain(self):
+        while True:
+            try:
+                self.browser.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _open(self, path, settle=0.5, timeout=20.0):
+        """Load a page; return (problems, requests) seen while it loaded."""
+        self._drain()
+        url = self.base + path
+        self.browser.call("Page.navigate", {"url": url}, session=self.session)
+        problems, requests = [], []
+        deadline = time.monotonic() + timeout
+        loaded_at = None
+        while True:
+            now = time.monotonic()
+            if loaded_at is not None and now - loaded_at >= settle:
+                break
+            if now > deadline:
+                problems.append(f"{path}: no load event in {timeout:.0f}s")
+                break
+            try:
+                ev = self.browser.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if ev.get("sessionId") != self.session:
+                continue
+            method, p = ev.get("method"), ev.get("params", {})
+            if method == "Page.loadEventFired":
+                loaded_at = time.monotonic()
+            elif method == "Runtime.exceptionThrown":
+                d = p.get("exceptionDetails", {})
+                problems.append("exception: " + d.get("exception", {}).get(
+                    "description", d.get("text", "?")))
+            elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                problems.append("console.error: " + " ".join(
+                    str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif method == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                e = p["entry"]
+                problems.append(f"log: {e.get('text')} {e.get('url', '')}".strip())
+            elif method == "Network.requestWillBeSent":
+                requests.append(p.get("request", {}).get("url", ""))
+            elif method == "Network.loadingFailed" and not p.get("canceled"):
+                problems.append(f"load failed: {p.get('errorText')}")
+        return problems, requests
+
+    def _eval(self, expression):
+        r = self.browser.call("Runtime.evaluate", {"expression": expression,
+                                                   "returnByValue": True},
+                              session=self.session)
+        if "exceptionDetails" in r:
+            raise CDPError(f"{expression}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def _screenshot(self, name, clip=None):
+        params = {"format": "png"}
+        if clip:
+            params.update(clip=dict(clip, scale=1), captureBeyondViewport=True)
+        data = self.browser.call("Page.captureScreenshot", params, session=self.session)["data"]
+        with open(os.path.join(SHOTS, name), "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def _check_page(self, path):
+        problems, requests = self._open(path)
+        self.assertEqual(problems, [], f"{path}: errors in the browser")
+        foreign = [u for u in requests
+                   if not u.startswith((self.base, "data:", "about:", "blob:"))]
+        self.assertEqual(foreign, [], f"{path}: requests that leave this machine")
+        self.assertTrue(self._eval("document.querySelector('div[role=main] h1') !== null"),
+                        f"{path}: no page title rendered")
+
+    def test_index_has_no_console_errors(self):
+        self._check_page("index.html")
+        self._screenshot("index.png")
+
+    def test_lab_page_has_no_console_errors(self):
+        self._check_page("labs/doorbell.html")
+        self._screenshot("lab-doorbell.png")
+
+    def test_race_timeline_renders(self):
+        self._check_page("concepts/ordering.html")
+        box = self._eval(
+            "(() => { const i = document.querySelector('img[src$=\"race.svg\"]');"
+            " if (!i || !i.complete || !i.naturalWidth) return null;"
+            " const r = i.getBoundingClientRect();"
+            " return {x: r.left + scrollX, y: r.top + scrollY,"
+            " width: r.width, height: r.height}; })()")
+        self.assertIsNotNone(box, "the race timeline (race.svg) did not load")
+        self.assertGreater(box["width"], 300)
+        self._screenshot("race-timeline.png", clip=box)
+
+    def test_search_finds_mmiowb(self):
+        problems, _ = self._open("search.html?q=mmiowb")
+        self.assertEqual(problems, [], "search.html: errors in the browser")
+        deadline = time.monotonic() + 15
+        hits = 0
+        while time.monotonic() < deadline:
+            hits = self._eval(
+                "document.querySelectorAll('#search-results ul.search li').length")
+            if hits:
+                break
+            time.sleep(0.2)
+        self.assertGreater(hits, 0, "searching for 'mmiowb' found nothing")
+        titles = self._eval(
+            "Array.from(document.querySelectorAll('#search-results ul.search li a'))"
+            ".map(a => a.textContent)")
+        self.assertTrue(any("mmiowb" in t for t in titles), titles)
+        self._screenshot("search-mmiowb.png")
+
+
+if __name__ == "__main__":
+    unittest.main()
