@@ -5,7 +5,7 @@ PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
-.PHONY: all demo check deps kernel initramfs vm docs smoke clean help
+.PHONY: all demo check deps kernel initramfs vm docs bisect clean help
 
 all: kernel initramfs
 
@@ -35,6 +35,10 @@ initramfs:
 ## make vm          the interactive lab VM (leave with Ctrl-A X)
 vm: kernel initramfs
 	@$(KIT) vm
+
+## make bisect     build every prefix of the patch series (slow; not part of check)
+bisect:
+	@$(KIT) bisect
 
 ## make docs        render the HTML docs into build/docs/html
 docs:

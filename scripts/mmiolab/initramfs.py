@@ -99,9 +99,9 @@ def _write_member(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes,
     out.write(b"\0" * (-out.tell() % 4))
 
 
-def compile_static(src: str, out: str) -> None:
-    """Compile one guest helper as a static binary (guest programs are C)."""
-    cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", "-o", out, src]
+def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
+    """Compile one guest program as a static binary (guest programs are C)."""
+    cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o", out, src]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
         raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")

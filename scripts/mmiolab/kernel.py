@@ -20,7 +20,7 @@ from . import BUILD, ROOT
 from .progress import CommandError, run_logged, say, step
 
 TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.1.tar.xz")
-PATCHES = os.path.join(ROOT, "patches")
+PATCHES = os.environ.get("MMIOLAB_PATCHES", os.path.join(ROOT, "patches"))
 FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
 KDIR = os.path.join(BUILD, "kernel")
 SRC = os.path.join(KDIR, "src")
@@ -200,6 +200,53 @@ def build(force: bool = False) -> str:
     stamp["built"] = want
     _save_stamp(stamp)
     return BZIMAGE
+
+
+def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
+    """Build every prefix of the series (patch 1, 1-2, ...): each must build.
+
+    Applies the patches one at a time to one fresh tree and rebuilds
+    incrementally, reconfiguring after each (a patch may add options).
+    Returns the patches built; CommandError names the first that breaks.
+    """
+    src, obj = os.path.join(dest, "src"), os.path.join(dest, "obj")
+    unpack(src)
+    shutil.rmtree(obj, ignore_errors=True)
+    os.makedirs(obj)
+    names = series()
+    done = []
+    for n, name in enumerate(names, 1):
+        one = os.path.join(dest, "one")
+        shutil.rmtree(one, ignore_errors=True)
+        os.makedirs(one)
+        shutil.copy(os.path.join(PATCHES, name), one)
+        with open(os.path.join(one, "series"), "w") as f:
+            f.write(name + "\n")
+        apply_series(src, one)
+        make = ["make", "-C", src, f"O={obj}", f"-j{(os.cpu_count() or 1) + 1}",
+                f"CC={'ccache gcc' if shutil.which('ccache') else 'gcc'}"]
+        with step(f"bisect {n}/{len(names)}: {name}"):
+            run_logged(make + ["allnoconfig"], os.path.join(dest, f"{n:02d}-config.log"),
+                       "configure", env={**build_env(), "KCONFIG_ALLCONFIG": FRAGMENT})
+            run_logged(make + ["bzImage", "modules"], os.path.join(dest, f"{n:02d}-build.log"),
+                       f"build with patches 1-{n}", env=build_env(), count_prefix="  CC")
+        done.append(name)
+    return done
+
+
+def build_module(src_dir: str, out_dir: str, log: str) -> list[str]:
+    """Build an out-of-tree module with Kbuild against the lab kernel.
+
+    The sources are copied to out_dir first so that the source folder stays
+    clean; returns the .ko files built.
+    """
+    if not os.path.exists(os.path.join(OBJ, "Module.symvers")):
+        raise FileNotFoundError("the lab kernel is not built: run 'make kernel'")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.copytree(src_dir, out_dir)
+    run_logged(["make", "-C", OBJ, f"M={out_dir}", "W=1", "modules"], log,
+               f"module {os.path.basename(src_dir)}", env=build_env())
+    return sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".ko"))
 
 
 __all__ = ["build", "apply_series", "unpack", "series", "PatchError", "ConfigError",

@@ -1,0 +1,114 @@
+"""Build a lab's driver and run the lab's guest tests on it.
+
+One lab folder holds the starter (with the lab's Kbuild), the solutions, and
+tests/: the guest harness (harness.sh) and the guest test programs (*.c,
+built static). A run boots a fresh guest with the driver, the programs and
+the harness in the initramfs overlay; the harness writes its KTAP to the
+harness channel, each line prefixed with a per-run nonce.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from . import BUILD, ROOT, kernel, vm
+from .initramfs import compile_static
+
+LABS = os.path.join(ROOT, "labs")
+
+
+class BuildFailed(Exception):
+    """The driver did not compile; the message is the compiler's output."""
+
+
+@dataclass
+class Lab:
+    name: str
+    module: str = "ringdrv"
+
+    @property
+    def dir(self) -> str:
+        return os.path.join(LABS, self.name)
+
+    @property
+    def out(self) -> str:
+        return os.path.join(BUILD, "labs", self.name)
+
+
+@dataclass
+class Build:
+    ko: str
+    warnings: list[str]
+    log: str
+
+
+@dataclass
+class Run:
+    seeds: list[int]
+    nonce: str
+    result: vm.RunResult
+    append: list[str] = field(default_factory=list)
+
+
+def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120) -> Build:
+    """Compile one ringdrv.c with the lab's own Kbuild and headers (W=1)."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    shutil.copy(os.path.join(lab.dir, "starter", "Kbuild"), workdir)
+    for name in os.listdir(lab.dir):
+        if name.endswith(".h"):
+            shutil.copy(os.path.join(lab.dir, name), workdir)
+    shutil.copy(source, os.path.join(workdir, f"{lab.module}.c"))
+    cmd = ["make", "-C", kernel.OBJ, f"M={workdir}", "W=1", "modules"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             env=kernel.build_env())
+    except subprocess.TimeoutExpired:
+        raise BuildFailed(f"the build did not finish in {timeout:.0f}s")
+    log = res.stdout + res.stderr
+    with open(os.path.join(workdir, "build.log"), "w") as f:
+        f.write(log)
+    ko = os.path.join(workdir, f"{lab.module}.ko")
+    if res.returncode or not os.path.exists(ko):
+        errors = [line for line in log.splitlines() if "error" in line or "Error" in line]
+        raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
+    warnings = [line for line in log.splitlines() if "warning:" in line]
+    return Build(ko, warnings, log)
+
+
+def guest_programs(lab: Lab) -> dict[str, str]:
+    """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
+    tests = os.path.join(lab.dir, "tests")
+    bindir = os.path.join(lab.out, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    progs = {}
+    for name in sorted(os.listdir(tests)):
+        if not name.endswith(".c"):
+            continue
+        src = os.path.join(tests, name)
+        out = os.path.join(bindir, name[:-2])
+        deps = [src] + [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
+        if not os.path.exists(out) or os.path.getmtime(out) < max(map(os.path.getmtime, deps)):
+            compile_static(src, out, ["-pthread", f"-I{lab.dir}"])
+        progs[name[:-2]] = out
+    return progs
+
+
+def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 2000,
+              append: list[str] | None = None, timeout: float = 90) -> Run:
+    """Boot a guest and run the lab's harness on the driver, once per seed."""
+    nonce = secrets.token_hex(8)
+    files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
+                                     "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh")}
+    for name, path in guest_programs(lab).items():
+        files[f"/job/{name}"] = path
+    append = list(append or [])
+    seed_list = " ".join(str(s) for s in seeds)
+    command = f"NONCE={nonce} SEEDS='{seed_list}' CMDS={cmds} sh /job/harness.sh"
+    cfg = vm.VMConfig(append=append, timeout=timeout)
+    res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
+    return Run(list(seeds), nonce, res, append)

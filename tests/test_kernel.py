@@ -1,0 +1,48 @@
+"""make kernel: a patch that does not apply stops the build and is named."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from mmiolab import ROOT, kernel
+
+
+class PatchSeriesTest(unittest.TestCase):
+    def test_bad_patch_is_named(self):
+        with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as tmp:
+            patches = os.path.join(tmp, "patches")
+            shutil.copytree(kernel.PATCHES, patches)
+            bad = "9999-does-not-apply.patch"
+            with open(os.path.join(patches, bad), "w") as f:
+                f.write("--- a/Makefile\n+++ b/Makefile\n@@ -1,3 +1,3 @@\n"
+                        " no such line\n-in the kernel\n+Makefile\n context\n")
+            with open(os.path.join(patches, "series"), "a") as f:
+                f.write(bad + "\n")
+            env = {**os.environ, "MMIOLAB_PATCHES": patches,
+                   "MMIOLAB_BUILD": os.path.join(tmp, "build")}
+            res = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "kit"),
+                                  "kernel"], env=env, capture_output=True, text=True,
+                                 timeout=300)
+            self.assertNotEqual(res.returncode, 0)
+            self.assertIn(bad, res.stderr)
+            self.assertIn("does not apply", res.stderr)
+            n = len(kernel.series())
+            self.assertIn(f"patch {n + 1}/{n + 1}", res.stderr)
+
+    def test_series_lists_every_patch(self):
+        listed = set(kernel.series())
+        on_disk = {f for f in os.listdir(kernel.PATCHES)
+                   if f.endswith(".patch") and not f.startswith("0000-")}
+        self.assertEqual(listed, on_disk)
+
+    def test_config_fragment_survives(self):
+        config = os.path.join(kernel.OBJ, ".config")
+        if not os.path.exists(config):
+            self.fail("no kernel config: run 'make kernel'")
+        kernel.check_config(config, kernel.FRAGMENT)
+
+
+if __name__ == "__main__":
+    unittest.main()

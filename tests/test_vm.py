@@ -1,0 +1,61 @@
+"""The lab VM: run a command and get its output and status; panics and hangs."""
+
+import time
+import unittest
+
+from mmiolab import vm
+from vmtest import log_dir, need_guest, report
+
+
+class VMTest(unittest.TestCase):
+    def setUp(self):
+        need_guest(self)
+
+    def test_command_output_and_status(self):
+        res = vm.run("echo hello from the guest; nproc; exit 7",
+                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-command"))
+        self.assertEqual(res.status, "exited", res.describe())
+        self.assertEqual(res.exit_code, 7)
+        self.assertIn("hello from the guest", res.console)
+        self.assertIn("\n2\r\n", res.console.replace("\r\r", "\r"))
+        report(f"boot to first command {res.boot_seconds:.2f}s, whole run {res.seconds:.2f}s "
+               f"[{res.accel}]")
+
+    def test_panic_is_reported_quickly(self):
+        t0 = time.monotonic()
+        res = vm.run("echo c > /proc/sysrq-trigger; sleep 100",
+                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-panic"))
+        self.assertEqual(res.status, "panic", res.describe())
+        self.assertLess(time.monotonic() - t0, 20, "a panic must not wait for the timeout")
+        self.assertIn("Kernel panic", res.console)
+
+    def test_oops_is_a_panic(self):
+        # A NULL dereference from a kernel thread: oops=panic makes it fatal.
+        res = vm.run("echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger",
+                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-oops"))
+        self.assertEqual(res.status, "panic", res.describe())
+
+    def test_hang_is_killed_at_timeout(self):
+        t0 = time.monotonic()
+        res = vm.run("sleep 1000", cfg=vm.VMConfig(timeout=8), log_dir=log_dir("vm-hang"))
+        self.assertEqual(res.status, "hang", res.describe())
+        self.assertGreaterEqual(time.monotonic() - t0, 8)
+        self.assertLess(time.monotonic() - t0, 20)
+
+    def test_console_flood_is_capped(self):
+        res = vm.run("while true; do echo flooding the console; done",
+                     cfg=vm.VMConfig(timeout=60, console_cap=64 << 10),
+                     log_dir=log_dir("vm-flood"))
+        self.assertEqual(res.status, "flood", res.describe())
+        self.assertLessEqual(len(res.console.encode()), 64 << 10)
+
+    def test_harness_channel_is_separate(self):
+        res = vm.run("echo on-the-channel > /dev/ttyS1; echo on-the-console",
+                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-channel"))
+        self.assertTrue(res.ok, res.describe())
+        self.assertIn("on-the-channel", res.channel)
+        self.assertNotIn("on-the-console", res.channel)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,28 @@
+"""Helpers shared by the tests that boot the lab guest."""
+
+import os
+import sys
+import unittest
+
+from mmiolab import BUILD, kernel, vm
+from mmiolab.initramfs import BASE
+
+KUNIT_KO = os.path.join(kernel.OBJ, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
+KUNIT_PY = os.path.join(kernel.SRC, "tools", "testing", "kunit", "kunit.py")
+
+
+def need_guest(test: unittest.TestCase) -> None:
+    """Fail (not skip) when the kernel or initramfs is missing: make check builds them."""
+    for path in (vm.KERNEL, BASE):
+        if not os.path.exists(path):
+            test.fail(f"{path} missing: run 'make kernel initramfs' first")
+
+
+def log_dir(name: str) -> str:
+    d = os.path.join(BUILD, "tests", name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def report(msg: str) -> None:
+    print(f"     {msg}", file=sys.stderr, flush=True)
