@@ -4,14 +4,45 @@
 #
 #   /usr/bin/python3 -m sphinx -W --keep-going -n -b html -c . Documentation build/docs/html
 #
-# (that is what `make docs` runs). Everything here must work offline with
-# Debian's python3-sphinx (5.3) and python3-sphinx-rtd-theme: no extension or
-# asset may be fetched from the network at build or view time.
+# (that is what `make docs` runs, after `make kernel`: the patched kernel tree
+# is needed, see below). Everything here must work offline with Debian's
+# python3-sphinx (5.3) and python3-sphinx-rtd-theme: no extension or asset may
+# be fetched from the network at build or view time. The kit's own extension,
+# Documentation/sphinx/tracefig.py, draws timelines from recorded traces.
 #
 # Paths below (html_static_path, templates_path) are relative to this file's
 # directory, not to Documentation/.
 
 import os
+import sys
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# The API reference is extracted with kernel-doc from the patched kernel tree
+# (build/kernel/src, made by `make kernel`), with the tree's own Sphinx
+# extensions: kerneldoc.py (which imports kernellog.py from the same
+# directory) and kernel_include.py. Without that tree the docs cannot be
+# built: fail loudly rather than silently drop the API pages.
+KERNEL_SRC = os.path.join(ROOT, "build", "kernel", "src")
+KERNEL_SPHINX = os.path.join(KERNEL_SRC, "Documentation", "sphinx")
+_needed = [os.path.join(KERNEL_SPHINX, "kerneldoc.py"),
+           os.path.join(KERNEL_SRC, "scripts", "kernel-doc"),
+           os.path.join(KERNEL_SRC, "include", "linux", "mmiosim.h"),
+           os.path.join(KERNEL_SRC, "Documentation", "driver-api", "mmiosim.rst")]
+_missing = [p for p in _needed if not os.path.exists(p)]
+if _missing:
+    raise RuntimeError(
+        "mmiolab docs: the patched kernel tree is missing or incomplete "
+        f"(no {os.path.relpath(_missing[0], ROOT)}). The API reference is "
+        "extracted from it with kernel-doc: run `make kernel` first.")
+sys.path.insert(0, KERNEL_SPHINX)
+# The kit's own Sphinx extensions (tracefig: timelines from recorded traces).
+sys.path.insert(0, os.path.join(ROOT, "Documentation", "sphinx"))
+# kernel-include expands environment variables in its path, as in the kernel.
+os.environ["srctree"] = KERNEL_SRC
+
+kerneldoc_bin = os.path.join(KERNEL_SRC, "scripts", "kernel-doc")
+kerneldoc_srctree = KERNEL_SRC
 
 project = "mmiolab"
 author = "the mmiolab authors"
@@ -21,6 +52,9 @@ html_short_title = "mmiolab"
 
 extensions = [
     "sphinx.ext.extlinks",
+    "kerneldoc",
+    "kernel_include",
+    "tracefig",
 ]
 
 # Where a source is cited by a stable identifier, these roles make it a link.
@@ -59,4 +93,33 @@ html_css_files = ["mmiolab.css"]
 
 # Kernel types used in C declarations; they are not documented here.
 nitpick_ignore = [("c:identifier", t) for t in ("u8", "u16", "u32", "u64", "size_t", "phys_addr_t")]
+# The fabric's window handle is opaque (struct mmiosim_window is declared, not
+# defined, in include/linux/mmiosim.h), so kernel-doc has nothing to document.
+nitpick_ignore += [("c:identifier", "mmiosim_window")]
 html_favicon = os.path.join("Documentation", "_static", "favicon.svg")
+
+
+def _tidy_literal_includes(app, doctree):
+    """Two touches to literalinclude blocks, after they are read.
+
+    A :diff: names the files by their absolute paths: show them from the
+    kit's root. A block cut with :end-before: keeps the blank line before
+    the marker, which Sphinx numbers: drop trailing blank lines.
+    """
+    from docutils import nodes
+    prefix = ROOT + os.sep
+    for node in doctree.findall(nodes.literal_block):
+        text = node.astext()
+        new = text
+        if node.get("language") == "udiff":
+            new = new.replace(prefix, "")
+        elif node.get("source") and new.endswith("\n\n"):
+            new = new.rstrip("\n") + "\n"
+        if new != text:
+            node.rawsource = new
+            node.children = []
+            node += nodes.Text(new)
+
+
+def setup(app):
+    app.connect("doctree-read", _tidy_literal_includes)

@@ -9,6 +9,12 @@
 - In Debian's headless Chromium, the index and a lab page load with no console
   errors and no request leaving this machine, and the search page finds
   "mmiowb". Screenshots are left in build/test-docs/screenshots/.
+- The API reference is extracted with kernel-doc from the patched kernel tree
+  (every documented export of the fabric is on the page), and without that
+  tree conf.py stops with an error that says to run `make kernel`.
+- Code on the lab page comes from the lab's files (literalinclude), and the
+  recorded trace figures are drawn from Documentation/figures/*-trace.txt as
+  inline SVG: the race with an overtaken doorbell, the fixes without one.
 
 The site is built fresh into build/test-docs/html (an incremental build would
 not repeat the warnings of unchanged pages). Standard library only; Sphinx,
@@ -23,7 +29,10 @@ import http.server
 import json
 import os
 import queue
+import re
+import runpy
 import shutil
+import sys
 import signal
 import subprocess
 import tempfile
@@ -38,6 +47,10 @@ OUT = os.path.join(ROOT, "build", "test-docs")
 HTML = os.path.join(OUT, "html")
 SHOTS = os.path.join(OUT, "screenshots")
 HANDOUT = os.path.join(ROOT, "labs", "doorbell", "README.rst")
+LAB = os.path.join(ROOT, "labs", "doorbell")
+FIGURES = os.path.join(ROOT, "Documentation", "figures")
+KERNEL_SRC = os.path.join(ROOT, "build", "kernel", "src")
+sys.path.insert(0, os.path.join(ROOT, "Documentation", "sphinx"))
 
 # Pages that must exist: one per topic the issue asks for.
 PAGES = [
@@ -55,6 +68,7 @@ PAGES = [
     "instructor/index.html",
     "instructor/threat-model.html",
     "reference/accessors.html",
+    "reference/api.html",
     "reference/glossary.html",
     "reference/sources.html",
     "search.html",
@@ -195,6 +209,136 @@ class DocsBuildTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0,
                          "labs/doorbell/README.rst is not plain reStructuredText:\n"
                          + p.stderr[-3000:])
+
+
+class ApiReferenceTest(unittest.TestCase):
+    """reference/api.html: kernel-doc from the patched tree, and the tree is required."""
+
+    def page(self):
+        require_site(self)
+        with open(os.path.join(HTML, "reference", "api.html"), encoding="utf-8") as f:
+            return f.read()
+
+    def test_api_page_has_the_fabric_api(self):
+        page = self.page()
+        ids = set(re.findall(r'<dt class="sig sig-object c" id="c\.(\w+)"', page))
+        self.assertIn("mmiosim_add_window", ids, "mmiosim_add_window() is not documented")
+        for name in ("mmiosim_dev_ops", "mmiosim_params", "mmiosim_ring_counters",
+                     "mmiosim_mmiowb", "mmiosim_read", "mmiosim_write"):
+            self.assertIn(name, ids)
+        # The in-tree page, included from build/kernel/src.
+        self.assertIn("Simulated weakly ordered MMIO fabric", _text_of(page))
+        self.assertNotIn("kernel-doc missing", page)
+
+    def test_every_documented_export_is_on_the_page(self):
+        """Exports with a kernel-doc comment, including EXPORT_SYMBOL_NS_GPL ones."""
+        ids = set(re.findall(r'<dt class="sig sig-object c" id="c\.(\w+)"', self.page()))
+        missing = []
+        for rel in ("drivers/misc/mmiosim/fabric.c", "drivers/misc/mmiosim/ringdev.c"):
+            with open(os.path.join(KERNEL_SRC, rel), encoding="utf-8") as f:
+                src = f.read()
+            documented = set(re.findall(r"^/\*\*\n \* (\w+)\(\) - ", src, re.M))
+            exported = set(re.findall(r"^EXPORT_SYMBOL\w*\((\w+)", src, re.M))
+            missing += [f"{rel}: {n}" for n in sorted(documented & exported - ids)]
+        self.assertEqual(missing, [], "documented exports missing from reference/api.html")
+
+    def test_conf_requires_the_kernel_tree(self):
+        """Without build/kernel/src, conf.py fails and says to run `make kernel`."""
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(ROOT, "conf.py"), d)
+            with self.assertRaises(RuntimeError) as cm:
+                runpy.run_path(os.path.join(d, "conf.py"))
+        self.assertIn("make kernel", str(cm.exception))
+
+
+class LabCodeTest(unittest.TestCase):
+    """labs/doorbell.html shows the real code, included from the lab's files."""
+
+    def test_lab_page_includes_the_sources(self):
+        require_site(self)
+        with open(os.path.join(HTML, "labs", "doorbell.html"), encoding="utf-8") as f:
+            page = f.read()
+        text = html.unescape(re.sub(r"<[^>]+>", "", page))
+        code = html.unescape(re.sub(r"<[^>]+>", "", re.sub(
+            r'<span class="linenos">[^<]*</span>', "", page)))
+        with open(os.path.join(LAB, "starter", "ringdrv.c"), encoding="utf-8") as f:
+            starter = f.read()
+        # The submit path, whole: from each signature to its closing brace.
+        for sig, last in (("static void ringdrv_post(",
+                           "writel(rd->tail, rd->regs + MMIOSIM_RING_DOORBELL);\n}"),
+                          ("static int ringdrv_queue(", "return 0;\n}")):
+            body = starter[starter.index(sig):]
+            body = body[:body.index(last) + len(last)]
+            self.assertIn(body, code, f"{sig}: not on the page as in the starter")
+        # The solutions, as diffs against the starter, named from the kit's root.
+        self.assertIn("+++ labs/doorbell/solutions/mmiowb/ringdrv.c", text)
+        self.assertIn("+\tmmiowb();", text)
+        self.assertIn("+++ labs/doorbell/solutions/readback/ringdrv.c", text)
+        self.assertIn("+\treadl(rd->regs + MMIOSIM_RING_CONSUMER);", text)
+        self.assertNotIn(ROOT + os.sep, page, "an absolute path of this machine leaked")
+        # Every wrong-fix fixture, whole.
+        fixtures = sorted(f for f in os.listdir(os.path.join(LAB, "fixtures"))
+                          if f.endswith(".patch"))
+        self.assertGreaterEqual(len(fixtures), 4)
+        for name in fixtures:
+            with open(os.path.join(LAB, "fixtures", name), encoding="utf-8") as f:
+                first = f.readline().strip()
+            self.assertIn(first, text, f"fixture {name} is not on the lab page")
+
+
+class RecordedTraceTest(unittest.TestCase):
+    """The recorded traces, and the timelines drawn from them at build time."""
+
+    def test_recorded_traces_are_small_real_excerpts(self):
+        import mmiosim_trace
+        for name in ("race", "fix-mmiowb", "fix-readback"):
+            path = os.path.join(FIGURES, f"{name}-trace.txt")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            self.assertLess(len(text.splitlines()), 300, f"{name}: not a small excerpt")
+            tr = mmiosim_trace.parse(text)
+            self.assertEqual(tr.header.get("trace_clock"), "mono", name)
+            self.assertIn("profile=sn2", tr.header.get("fabric", ""), name)
+            doorbells = [w for w in tr.writes.values() if w.complete and w.off == 0x1c]
+            self.assertGreaterEqual(len(doorbells), 2, name)
+            self.assertGreaterEqual(len({w.cpu for w in doorbells}), 2, f"{name}: one CPU only")
+            stale = mmiosim_trace.first_reordering(tr)
+            if name == "race":
+                self.assertIsNotNone(stale, "the race excerpt shows no stale doorbell")
+                self.assertTrue(stale[0].overtaken)
+                self.assertIn("not ok", tr.header.get("result", ""))
+            else:
+                self.assertIsNone(stale, f"{name}: a doorbell arrived stale")
+                self.assertFalse(any(w.overtaken for w in doorbells), name)
+                self.assertIn("ok 1 race", tr.header.get("result", ""))
+
+    def _timelines(self):
+        require_site(self)
+        with open(os.path.join(HTML, "concepts", "ordering.html"), encoding="utf-8") as f:
+            page = f.read()
+        return re.findall(r'<svg [^>]*class="mmiosim-timeline".*?</svg>', page, re.S)
+
+    def test_race_timeline_is_drawn_from_the_trace(self):
+        svgs = self._timelines()
+        self.assertGreaterEqual(len(svgs), 3, "ordering.html lacks the recorded timelines")
+        race = svgs[0]
+        writes = re.findall(r'<g class="mmiosim-write([^"]*)"', race)
+        self.assertGreaterEqual(sum("doorbell" in w for w in writes), 2)
+        self.assertGreaterEqual(sum("overtaken" in w for w in writes), 1,
+                                "no write is marked overtaken")
+        self.assertTrue(any("stale" in w for w in writes), "no stale doorbell marked")
+        for lane in ("CPU 0", "CPU 1", "I/O bridge", "Device"):
+            self.assertIn(f">{lane}</text>", race)
+        self.assertIn("\u00b5s", race, "no time axis in microseconds")
+
+    def test_fix_timelines_have_no_overtaken_write(self):
+        svgs = self._timelines()
+        for svg in svgs[1:3]:
+            writes = re.findall(r'<g class="mmiosim-write([^"]*)"', svg)
+            self.assertGreaterEqual(sum("doorbell" in w for w in writes), 2)
+            self.assertFalse(any("overtaken" in w or "stale" in w for w in writes))
+        self.assertIn('class="mmiosim-mmiowb"', svgs[1])
+        self.assertIn('class="mmiosim-read"', svgs[2])
 
 
 def _rel(path):
@@ -456,6 +600,26 @@ class BrowserTest(unittest.TestCase):
         self.assertIsNotNone(box, "the race timeline (race.svg) did not load")
         self.assertGreater(box["width"], 300)
         self._screenshot("race-timeline.png", clip=box)
+
+    def test_recorded_race_timeline_renders(self):
+        self._check_page("concepts/ordering.html")
+        box = self._eval(
+            "(() => { const s = document.querySelector('svg.mmiosim-timeline');"
+            " if (!s) return null; const r = s.getBoundingClientRect();"
+            " return {x: r.left + scrollX, y: r.top + scrollY,"
+            " width: r.width, height: r.height,"
+            " writes: s.querySelectorAll('g.mmiosim-write').length,"
+            " overtaken: s.querySelectorAll('g.mmiosim-write.overtaken').length}; })()")
+        self.assertIsNotNone(box, "no recorded timeline (svg.mmiosim-timeline) on the page")
+        self.assertGreater(box["width"], 300)
+        self.assertGreaterEqual(box["writes"], 2)
+        self.assertGreaterEqual(box["overtaken"], 1)
+        self._screenshot("race-trace-timeline.png",
+                         clip={k: box[k] for k in ("x", "y", "width", "height")})
+
+    def test_api_page_has_no_console_errors(self):
+        self._check_page("reference/api.html")
+        self._screenshot("api.png")
 
     def test_search_finds_mmiowb(self):
         problems, _ = self._open("search.html?q=mmiowb")

@@ -1,0 +1,529 @@
+"""Parse ftrace output of the lab kernel's mmiosim trace events; draw it.
+
+Standard library only: used by the Sphinx extension tracefig.py (at docs
+build time) and by scripts/trace-timeline (which records the traces).
+
+The events (include/trace/events/mmiosim.h of the patched tree), as
+/sys/kernel/tracing/trace prints them::
+
+    ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280075153
+    <idle>-0    [000] d.h.. 1.280079: mmiosim_drain: cpu=1 seq=6 t=1280075153 overtaken
+    <idle>-0    [000] d.h.. 1.280080: mmiosim_arrive: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280076170
+    ringtest-54 [000] ..... 1.280090: mmiosim_mmiowb: cpu=0 wait=4210
+    ringtest-54 [000] ..... 1.280120: mmiosim_read: win=0 cpu=0 off=0x20 val=0x6 cost=23100
+
+t= is the fabric's clock (the kernel's monotonic clock) in ns: for post, the
+time the write will leave its CPU's queue; for drain, the time it entered
+the bridge; for arrive, the time the device got it. The line's own
+timestamp (seconds, microsecond resolution) is when the event was recorded;
+with trace_clock "mono" it is on the same clock as t=, which gives the time
+a write was posted, and the end of a read or an mmiowb() (their start is
+that minus cost= or wait=).
+
+A recorded file may start with "# key: value" header lines (written by
+scripts/trace-timeline); other lines starting with "#" are ignored.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+LINE_RE = re.compile(
+    r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<tcpu>\d+)\]\s+"
+    r"(?:(?P<flags>[^\s:]{4,6})\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>mmiosim_\w+):\s*(?P<rest>.*)$")
+FIELD_RE = re.compile(r"(\w+)=(\S+)")
+HEADER_RE = re.compile(r"^#\s*(?P<key>[a-z_]+):\s*(?P<value>.*)$")
+
+# The ring card's registers (include/linux/mmiosim_ring.h), for labels.
+RING_REGS = {0x00: "ID", 0x04: "CTRL", 0x08: "DESC_LO", 0x0c: "DESC_HI", 0x10: "CMPL_LO",
+             0x14: "CMPL_HI", 0x18: "SIZE", 0x1c: "DOORBELL", 0x20: "CONSUMER",
+             0x24: "INT_ENABLE", 0x28: "INT_STATUS", 0x2c: "INT_ACK", 0x30: "SCRATCH"}
+DOORBELL = 0x1c
+
+
+class TraceError(ValueError):
+    """The trace cannot be drawn; the message says why."""
+
+
+@dataclass
+class Event:
+    lineno: int             # 1-based line in the file
+    task: str
+    ts_ns: int              # the line's timestamp, in ns
+    name: str               # post, drain, arrive, read, mmiowb
+    fields: dict
+    flags: set
+
+
+@dataclass
+class Write:
+    seq: int
+    cpu: int
+    win: int
+    off: int
+    val: int
+    post: int | None = None         # ns: when it was posted (see model())
+    post_ts: int | None = None      # ns: the post line's own timestamp
+    drain: int | None = None        # ns (t= of the drain event)
+    arrive: int | None = None       # ns (t= of the arrive event)
+    overtaken: bool = False         # entered the bridge behind a later-posted write
+    stale: bool = False             # a doorbell that arrived after a later-posted one
+    lines: list = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return None not in (self.post, self.drain, self.arrive)
+
+
+@dataclass
+class Span:
+    kind: str               # "mmiowb" or "read"
+    cpu: int
+    start: int
+    end: int
+    detail: str
+    lineno: int
+
+
+@dataclass
+class Trace:
+    header: dict
+    events: list
+    writes: dict            # seq -> Write
+    spans: list             # mmiowb() waits and reads
+
+
+def _num(s: str) -> int:
+    return int(s, 0)
+
+
+def parse(text: str, route_ns: list | None = None) -> Trace:
+    """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt).
+
+    route_ns: the fabric's route latencies (default: from a "# fabric:"
+    header line, else none), used to place each write's post (see model()).
+    """
+    header, events = {}, []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            m = HEADER_RE.match(line)
+            if m:
+                header.setdefault(m["key"], m["value"].strip())
+            continue
+        m = LINE_RE.match(line)
+        if not m:
+            continue
+        rest = m["rest"]
+        fields = {k: v for k, v in FIELD_RE.findall(rest)}
+        flags = {w for w in rest.split() if "=" not in w}
+        sec, frac = m["ts"].split(".")
+        ts_ns = int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
+        events.append(Event(n, m["task"].strip(), ts_ns, m["event"][len("mmiosim_"):],
+                            fields, flags))
+    if route_ns is None:
+        route_ns = fabric_routes(header.get("fabric", ""))
+    return model(header, events, route_ns)
+
+
+def fabric_routes(params: str) -> list:
+    """route_ns from a line of /sys/kernel/debug/mmiosim/params ([] if absent)."""
+    m = re.search(r"\broute_ns=([\d,]+)", params)
+    return [int(r) for r in m.group(1).split(",") if r] if m else []
+
+
+def fabric_param(params: str, name: str, default: int = 0) -> int:
+    """One numeric parameter from a line of /sys/kernel/debug/mmiosim/params."""
+    m = re.search(rf"\b{name}=(\d+)", params)
+    return int(m.group(1)) if m else default
+
+
+def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
+    """Writes, reads and mmiowb() waits from the events.
+
+    When a write is posted, the fabric first brings its model up to date,
+    which may deliver earlier writes to the device and take a while; the
+    post event is recorded after that, so its timestamp can be later than
+    the moment the write was posted. The post's t= (when the write leaves
+    its CPU's queue) is at least that moment plus the CPU's route latency,
+    so a write's post time is taken as the earlier of the line's timestamp
+    and t= minus the route latency.
+    """
+    route_ns = route_ns or [0]
+    writes: dict[int, Write] = {}
+    spans = []
+
+    def write_of(ev, f):
+        seq = _num(f["seq"])
+        w = writes.get(seq)
+        if w is None:
+            w = writes[seq] = Write(seq, _num(f["cpu"]), _num(f.get("win", "-1")),
+                                    _num(f.get("off", "-1")), _num(f.get("val", "0")))
+        if "off" in f and w.off < 0:
+            w.win, w.off, w.val = _num(f["win"]), _num(f["off"]), _num(f["val"])
+        w.lines.append(ev.lineno)
+        return w
+
+    for ev in events:
+        f = ev.fields
+        try:
+            if ev.name == "post":
+                w = write_of(ev, f)
+                w.post_ts = ev.ts_ns
+                w.post = min(ev.ts_ns, _num(f["t"]) - route_ns[w.cpu % len(route_ns)])
+            elif ev.name == "drain":
+                w = write_of(ev, f)
+                w.drain = _num(f["t"])
+                w.overtaken = "overtaken" in ev.flags
+            elif ev.name == "arrive":
+                write_of(ev, f).arrive = _num(f["t"])
+            elif ev.name == "mmiowb":
+                wait = _num(f["wait"])
+                spans.append(Span("mmiowb", _num(f["cpu"]), ev.ts_ns - wait, ev.ts_ns,
+                                  f"mmiowb() waited {wait} ns", ev.lineno))
+            elif ev.name == "read":
+                cost = _num(f["cost"])
+                off = _num(f["off"])
+                spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
+                                  f"readl({RING_REGS.get(off, hex(off))}) took {cost} ns",
+                                  ev.lineno))
+        except (KeyError, ValueError) as e:
+            raise TraceError(f"line {ev.lineno}: malformed mmiosim_{ev.name} event ({e})")
+    # A doorbell is stale when it arrives after a doorbell posted later.
+    newest = {}
+    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == DOORBELL),
+                    key=lambda w: (w.arrive, w.lines[-1])):
+        if w.win in newest and w.seq < newest[w.win]:
+            w.stale = True
+        newest[w.win] = max(newest.get(w.win, -1), w.seq)
+    return Trace(header, events, writes, spans)
+
+
+# --- choosing the excerpt (used by scripts/trace-timeline) -------------------
+
+
+def first_reordering(tr: Trace, off: int = DOORBELL):
+    """The first doorbell that arrived stale, and the later-posted one it arrived after.
+
+    Returns (old, new) Writes, or None when no doorbell arrived out of order.
+    """
+    arrived = sorted((w for w in tr.writes.values() if w.arrive is not None and w.off == off),
+                     key=lambda w: (w.arrive, w.lines[-1]))
+    seen = []
+    for w in arrived:
+        later = [o for o in seen if o.win == w.win and o.seq > w.seq]
+        if later:
+            return w, min(later, key=lambda o: o.seq)
+        seen.append(w)
+    return None
+
+
+def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
+    """A lock hand-over: a doorbell, then the next doorbell, from another CPU.
+
+    Among such pairs, picks one where the first CPU's barrier (barrier:
+    "mmiowb" or "read") ran between the two posts and the second CPU posted
+    soonest after that barrier ended, i.e. took the lock right after it was
+    released; for "mmiowb", one where the first doorbell was still on its
+    way to the device when mmiowb() returned (ordering without arrival).
+    Returns (first, second) Writes, or None.
+    """
+    dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
+                 key=lambda w: w.seq)
+    best = None
+    for a, b in zip(dbs, dbs[1:]):
+        if a.cpu == b.cpu or a.win != b.win:
+            continue
+        done = [s for s in tr.spans if s.kind == barrier and s.cpu == a.cpu
+                and a.post <= s.end <= b.post]
+        if not done:
+            continue
+        end = done[0].end
+        if barrier == "mmiowb" and a.arrive <= end:
+            continue
+        gap = b.post - end
+        if best is None or gap < best[0]:
+            best = (gap, a, b)
+    return (best[1], best[2]) if best else None
+
+
+def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300):
+    """The line numbers (1-based, sorted) of an excerpt around two writes.
+
+    From the earlier post of the pair (and the posts of context_writes
+    doorbells before it) to the later of their arrivals, extended so that
+    every write posted in between is complete; at most max_lines lines.
+    """
+    a, b = pair
+    start = min(min(a.lines), min(b.lines))
+    end = max(max(a.lines), max(b.lines))
+    earlier = sorted((w for w in tr.writes.values() if w.off == a.off and w.seq < min(a.seq, b.seq)
+                      and w.lines), key=lambda w: w.seq)[-context_writes:] if context_writes else []
+    for w in earlier:
+        start = min(start, min(w.lines))
+        end = max(end, max(w.lines))
+    for _ in range(5):
+        grown = end
+        for w in tr.writes.values():
+            if w.lines and start <= min(w.lines) <= end:
+                grown = max(grown, max(w.lines))
+        if grown == end:
+            break
+        end = grown
+    lines = [ev.lineno for ev in tr.events if start <= ev.lineno <= end]
+    if len(lines) > max_lines:
+        raise TraceError(f"the excerpt would have {len(lines)} events (more than {max_lines})")
+    return lines
+
+
+# --- drawing -----------------------------------------------------------------
+
+CPU_COLOURS = ["#1f5fa8", "#b35900", "#2e7d32", "#6a1b9a"]
+CPU_FILLS = ["#dbe7f5", "#f6e2cc", "#dcefdc", "#eadcf2"]
+RED = "#b00020"
+GREY = "#888888"
+
+
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _nice_step(span_us: float, target: int = 8) -> float:
+    raw = span_us / target
+    for m in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000,
+              2000, 5000, 10000):
+        if m >= raw:
+            return m
+    return raw
+
+
+def _rows(intervals):
+    """Greedy sub-row assignment so that bars in one lane do not overlap."""
+    ends, out = [], []
+    for lo, hi in intervals:
+        for i, e in enumerate(ends):
+            if lo >= e:
+                ends[i] = hi
+                out.append(i)
+                break
+        else:
+            ends.append(hi)
+            out.append(len(ends) - 1)
+    return out, max(1, len(ends))
+
+
+def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
+               doorbell: int = DOORBELL) -> str:
+    """An SVG timeline of the trace's complete writes, reads and mmiowb() waits."""
+    writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    if len(writes) < 1:
+        raise TraceError("no write has a post, a drain and an arrival in this trace")
+    bad = [w for w in writes if not (w.post <= w.drain <= w.arrive)]
+    if bad:
+        w = bad[0]
+        raise TraceError(
+            f"write seq={w.seq}: post {w.post} ns, drain {w.drain} ns, arrival {w.arrive} ns "
+            "are out of order: was the trace recorded with trace_clock 'mono' "
+            "(scripts/trace-timeline sets it)?")
+    spans = [s for s in tr.spans if s.end >= writes[0].post and s.start <= writes[-1].arrive]
+    cpus = sorted({w.cpu for w in writes} | {s.cpu for s in spans})
+    t0 = min([w.post for w in writes] + [s.start for s in spans])
+    t1 = max([w.arrive for w in writes] + [s.end for s in spans])
+    span_ns = max(t1 - t0, 1000)
+    left, right = 118, 24
+    plot_w = width - left - right
+    pad = span_ns * 0.03
+    lo_ns, hi_ns = t0 - pad, t1 + pad
+
+    def x(t):
+        return left + (t - lo_ns) / (hi_ns - lo_ns) * plot_w
+
+    # Lanes and sub-rows.
+    q_rows, q_n = {}, {}
+    for c in cpus:
+        ws = [w for w in writes if w.cpu == c]
+        rows, n = _rows([(x(w.post) - 2, x(w.drain) + 40) for w in ws])
+        q_rows.update({w.seq: r for w, r in zip(ws, rows)})
+        q_n[c] = n
+    b_order = sorted(writes, key=lambda w: (w.drain, w.seq))
+    # When each write was due at the device: bridge_ns after it entered the
+    # bridge, and not before the write ahead of it (the bridge is a FIFO).
+    # The fabric delivers a due write at the next access or when its timer
+    # fires, so the recorded arrival can be later.
+    bridge_ns = fabric_param(tr.header.get("fabric", ""), "bridge_ns")
+    due, tail = {}, 0
+    for w in b_order:
+        tail = due[w.seq] = min(max(w.drain + bridge_ns, tail), w.arrive)
+    rows, b_n = _rows([(x(w.drain) - 2, x(w.arrive) + 2) for w in b_order])
+    b_rows = {w.seq: r for w, r in zip(b_order, rows)}
+    row_h = 15
+    lanes = []                  # (key, label, sub, y_top, height)
+    y = 40 if title else 14
+    for c in cpus:
+        h = 44 + q_n[c] * row_h
+        lanes.append((("cpu", c), f"CPU {c}", "posted-write queue", y, h))
+        y += h
+    h = 30 + b_n * row_h
+    lanes.append((("bridge", 0), "I/O bridge", "one FIFO, in order", y, h))
+    y += h
+    lanes.append((("device", 0), "Device", "ring card", y, 70))
+    y += 70
+    lane = {k: (top, hgt) for k, _, _, top, hgt in lanes}
+    axis_y = y + 8
+    height = axis_y + 108
+
+    out = []
+    a = out.append
+    a(f'<svg xmlns="http://www.w3.org/2000/svg" class="mmiosim-timeline" width="{width}" '
+      f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+      f'aria-labelledby="{ident}-title {ident}-desc">')
+    n_over = sum(w.overtaken for w in writes)
+    n_stale = sum(w.stale for w in writes)
+    desc = (f"{len(writes)} writes traced on CPUs {', '.join(map(str, cpus))}, from post to "
+            f"arrival; {n_over} overtaken in the bridge, {n_stale} stale doorbells; "
+            f"{sum(s.kind == 'mmiowb' for s in spans)} mmiowb() waits, "
+            f"{sum(s.kind == 'read' for s in spans)} reads.")
+    a(f'<title id="{ident}-title">{_e(title or "Recorded mmiosim trace")}</title>')
+    a(f'<desc id="{ident}-desc">{_e(desc)}</desc>')
+    a("<style>"
+      f"#{ident} text{{font-family:'DejaVu Sans',Arial,sans-serif;font-size:11px;fill:#333}}"
+      f"#{ident} .row{{font-size:13px;font-weight:bold;fill:#222}}"
+      f"#{ident} .sub{{font-size:10.5px;fill:#666}}"
+      f"#{ident} .code{{font-family:'DejaVu Sans Mono',monospace;font-size:11px}}"
+      f"#{ident} .ttl{{font-size:13px;font-weight:bold}}"
+      "</style>")
+    a(f'<g id="{ident}">')
+    palette = CPU_COLOURS + [GREY, RED]
+    a("<defs>" + "".join(
+        f'<marker id="{ident}-arr{i}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" '
+        f'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
+        for i, c in enumerate(palette)) + "</defs>")
+
+    def arrow(colour):
+        return f"url(#{ident}-arr{palette.index(colour)})"
+    a(f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>')
+    if title:
+        a(f'<text x="12" y="22" class="ttl">{_e(title)}</text>')
+    for i, (key, label, sub, top, hgt) in enumerate(lanes):
+        if i % 2 == 0:
+            a(f'<rect x="0" y="{top}" width="{width}" height="{hgt}" fill="#f7f7f7"/>')
+        colour = CPU_COLOURS[key[1] % 4] if key[0] == "cpu" else "#222"
+        a(f'<text x="10" y="{top + 20}" class="row" style="fill:{colour}">{_e(label)}</text>')
+        a(f'<text x="10" y="{top + 34}" class="sub">{_e(sub)}</text>')
+    # Time axis, in microseconds from the first event shown.
+    step_us = _nice_step((hi_ns - lo_ns) / 1000)
+    a(f'<line x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}" stroke="#888"/>')
+    k = 0
+    while True:
+        t_us = k * step_us
+        tx = x(t0 + t_us * 1000)
+        if tx > width - right + 0.5:
+            break
+        a(f'<line x1="{tx:.1f}" y1="{lanes[0][3]}" x2="{tx:.1f}" y2="{axis_y}" stroke="#e3e3e3"/>')
+        a(f'<line x1="{tx:.1f}" y1="{axis_y}" x2="{tx:.1f}" y2="{axis_y + 5}" stroke="#888"/>')
+        a(f'<text x="{tx:.1f}" y="{axis_y + 17}" text-anchor="middle">{t_us:g}</text>')
+        k += 1
+    a(f'<text x="{width - right}" y="{axis_y + 31}" text-anchor="end" class="sub">'
+      f'time since the first event shown, \u00b5s (the fabric\'s clock; t0 = {t0} ns)</text>')
+
+    # mmiowb() waits and reads on their CPU's lane.
+    for s in spans:
+        top, hgt = lane[("cpu", s.cpu)]
+        x0, x1 = x(s.start), max(x(s.end), x(s.start) + 2)
+        colour = CPU_COLOURS[s.cpu % 4]
+        yb = top + hgt - 16
+        cls = "mmiosim-mmiowb" if s.kind == "mmiowb" else "mmiosim-read"
+        label = "mmiowb()" if s.kind == "mmiowb" else "readl()"
+        inside = x1 - x0 >= 5.6 * len(label) + 6
+        lx, anchor = ((x0 + x1) / 2, "middle") if inside else (x1 + 3, "start")
+        a(f'<g class="{cls}"><title>{_e(s.detail)} (trace line {s.lineno})</title>'
+          f'<rect x="{x0:.1f}" y="{yb}" width="{x1 - x0:.1f}" height="11" rx="2" fill="white" '
+          f'stroke="{colour}" stroke-dasharray="{"3 2" if s.kind == "mmiowb" else "none"}"/>'
+          f'<text x="{lx:.1f}" y="{yb + 9}" text-anchor="{anchor}" class="code" '
+          f'style="font-size:9px;fill:{colour}">{label}</text></g>')
+
+    dev_top, dev_h = lane[("device", 0)]
+    b_top, b_h = lane[("bridge", 0)]
+    label_slots = []
+    for w in writes:
+        is_db = w.off == doorbell
+        colour = CPU_COLOURS[w.cpu % 4] if is_db else GREY
+        hot = RED if (w.overtaken or w.stale) else colour
+        top, hgt = lane[("cpu", w.cpu)]
+        qy = top + 26 + q_rows[w.seq] * row_h
+        by = b_top + 20 + b_rows[w.seq] * row_h
+        xp, xd, xa = x(w.post), x(w.drain), x(w.arrive)
+        reg = RING_REGS.get(w.off, hex(w.off))
+        classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
+            (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "")
+        late = w.post_ts - w.post > 1000
+        tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
+               f"posted at +{(w.post - t0) / 1000:.2f} \u00b5s"
+               + (" or a little earlier (its trace line, recorded after the fabric delivered "
+                  f"earlier writes, says +{(w.post_ts - t0) / 1000:.2f} \u00b5s)" if late else "")
+               + f", enters the bridge at "
+               f"+{(w.drain - t0) / 1000:.2f} \u00b5s"
+               + (" behind a write posted later (overtaken)" if w.overtaken else "")
+               + f", arrives at +{(w.arrive - t0) / 1000:.2f} \u00b5s"
+               + (" after a later doorbell (stale)" if w.stale else ""))
+        a(f'<g class="{classes}" data-seq="{w.seq}" data-cpu="{w.cpu}" data-off="{w.off:#x}" '
+          f'data-val="{w.val}"><title>{_e(tip)}</title>')
+        # queued on its CPU: post -> drain
+        a(f'<circle cx="{xp:.1f}" cy="{qy}" r="{3.5 if is_db else 2.5}" fill="{colour}"/>')
+        a(f'<line x1="{xp:.1f}" y1="{qy}" x2="{xd:.1f}" y2="{qy}" stroke="{colour}" '
+          f'stroke-width="{3 if is_db else 1.5}" stroke-opacity="0.55"/>')
+        label = f"{w.val}" if is_db else reg
+        a(f'<text x="{xp - 5:.1f}" y="{qy + 4}" text-anchor="end" class="code" '
+          f'style="fill:{colour}">{_e(label)}</text>')
+        # into the bridge
+        a(f'<line x1="{xd:.1f}" y1="{qy}" x2="{xd:.1f}" y2="{by}" stroke="{hot}" '
+          f'stroke-width="{1.6 if is_db else 1}" marker-end="{arrow(hot)}"/>')
+        # in the bridge: drain -> due (solid), due -> delivered (dotted)
+        xu = x(due[w.seq])
+        a(f'<line x1="{xd:.1f}" y1="{by}" x2="{xu:.1f}" y2="{by}" stroke="{hot}" '
+          f'stroke-width="{3 if is_db else 1.5}" stroke-opacity="0.55"/>')
+        if xa - xu > 1:
+            a(f'<line x1="{xu:.1f}" y1="{by}" x2="{xa:.1f}" y2="{by}" stroke="{hot}" '
+              f'stroke-width="{1.6 if is_db else 1}" stroke-dasharray="2 3"/>')
+        if w.overtaken:
+            a(f'<text x="{xd + 4:.1f}" y="{by - 3}" style="fill:{RED};font-weight:bold">'
+              'overtaken</text>')
+        # to the device
+        dy = dev_top + 16
+        a(f'<line x1="{xa:.1f}" y1="{by}" x2="{xa:.1f}" y2="{dy - 5}" stroke="{hot}" '
+          f'stroke-width="{1.6 if is_db else 1}" marker-end="{arrow(hot)}"/>')
+        a(f'<circle cx="{xa:.1f}" cy="{dy}" r="{5 if is_db else 3}" fill="{hot}" '
+          'stroke="white"/>')
+        if is_db:
+            txt = f"sees {w.val}" + (" (stale)" if w.stale else "")
+            half = 3.4 * len(txt)
+            cx = min(max(xa, left + half), width - 4 - half)
+            slot = 0
+            while any(r == slot and abs(c - cx) < h + half + 4 for c, h, r in label_slots):
+                slot += 1
+            label_slots.append((cx, half, slot))
+            a(f'<text x="{cx:.1f}" y="{dy + 18 + slot * 13}" text-anchor="middle" class="code" '
+              f'style="fill:{hot}{";font-weight:bold" if w.stale else ""}">{_e(txt)}</text>')
+        a("</g>")
+
+    # Legend.
+    ly = axis_y + 50
+    lx = left
+    items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
+    items += [(GREY, "other register write"), (RED, "overtaken / stale")]
+    for colour, text in items:
+        a(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 22}" y2="{ly - 4}" stroke="{colour}" '
+          'stroke-width="3" stroke-opacity="0.7"/>')
+        a(f'<text x="{lx + 27}" y="{ly}" class="sub">{_e(text)}</text>')
+        lx += 35 + 6.2 * len(text)
+    notes = ["Each write: a dot when its CPU posts it, a bar while it waits in its CPU's queue, "
+             "a bar while it crosses the bridge",
+             "(dotted once it is due at the device, until the fabric delivers it), a dot when it "
+             "arrives. A doorbell's number is the",
+             "producer index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), "
+             "readl() round trips."]
+    for i, note in enumerate(notes):
+        a(f'<text x="{left}" y="{ly + 18 + 13 * i}" class="sub">{_e(note)}</text>')
+    a("</g></svg>")
+    return "\n".join(out)
