@@ -5,7 +5,7 @@ PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
-.PHONY: all demo check deps kernel initramfs vm docs bisect clean help
+.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bisect clean help
 
 all: kernel initramfs
 
@@ -17,16 +17,20 @@ demo: deps
 	@$(PY) scripts/demo
 
 ## make check       the whole test suite (last line: N passed, N failed)
-check: kernel initramfs
+check: kernel kernel-debug initramfs
 	@$(PY) tests/run
 
 ## make deps        install missing Debian packages
 deps:
 	@scripts/deps
 
-## make kernel      unpack, patch and build the lab kernel (build/kernel)
+## make kernel      unpack, patch and build the lab kernel (build/kernel);
+##                  DEBUG=1: the debug kernel with lockdep and KFENCE (build/kernel-debug)
 kernel:
-	@$(KIT) kernel
+	@MMIOLAB_DEBUG=$(DEBUG) $(KIT) kernel
+
+kernel-debug:
+	@MMIOLAB_DEBUG=1 $(KIT) kernel
 
 ## make initramfs   busybox-static initramfs with the guest helpers (build/initramfs)
 initramfs:
@@ -41,7 +45,7 @@ bisect:
 	@$(KIT) bisect
 
 ## make docs        render the HTML docs into build/docs/html
-docs:
+docs: kernel
 	@$(SPHINX) -b html -d build/docs/doctrees -c . Documentation build/docs/html
 	@echo "mmiolab: docs: file://$(CURDIR)/build/docs/html/index.html"
 

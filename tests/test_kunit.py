@@ -6,7 +6,7 @@ import subprocess
 import unittest
 
 from mmiolab import vm
-from vmtest import KUNIT_KO, KUNIT_PY, log_dir, need_guest, report
+from vmtest import DEBUG_KERNEL, DEBUG_KUNIT_KO, KUNIT_KO, KUNIT_PY, log_dir, need_guest, report
 
 KTAP_LINE = re.compile(r"^\[\s*[\d.]+\]\s?(.*)$")
 
@@ -24,16 +24,17 @@ def ktap_from_dmesg(console: str, suite: str) -> str:
 class KUnitTest(unittest.TestCase):
     def setUp(self):
         need_guest(self)
-        if not os.path.exists(KUNIT_KO):
-            self.fail(f"{KUNIT_KO} missing: run 'make kernel'")
 
-    def test_mmiosim_suite(self):
+    def run_suite(self, kernel_image: str, ko: str, name: str):
+        for path in (kernel_image, ko):
+            if not os.path.exists(path):
+                self.fail(f"{path} missing: run 'make kernel kernel-debug'")
         cmd = "insmod /lib/modules/mmiosim_kunit.ko && dmesg"
-        res = vm.run(cmd, files={"/lib/modules/mmiosim_kunit.ko": KUNIT_KO},
-                     cfg=vm.VMConfig(timeout=120), log_dir=log_dir("kunit"))
+        res = vm.run(cmd, files={"/lib/modules/mmiosim_kunit.ko": ko},
+                     cfg=vm.VMConfig(kernel=kernel_image, timeout=180), log_dir=log_dir(name))
         self.assertTrue(res.ok, res.describe())
         ktap = ktap_from_dmesg(res.console, "mmiosim")
-        path = os.path.join(log_dir("kunit"), "results.ktap")
+        path = os.path.join(log_dir(name), "results.ktap")
         with open(path, "w") as f:
             f.write(ktap)
         parsed = subprocess.run(["/usr/bin/python3", KUNIT_PY, "parse", path],
@@ -44,7 +45,19 @@ class KUnitTest(unittest.TestCase):
         self.assertIsNotNone(m, out)
         self.assertEqual(m.group(1), m.group(2), out)
         self.assertGreaterEqual(int(m.group(1)), 11)
-        report(f"KUnit: {m.group(0)}; guest run {res.seconds:.1f}s")
+        report(f"KUnit ({name}): {m.group(0)}; guest run {res.seconds:.1f}s")
+        return res
+
+    def test_mmiosim_suite(self):
+        self.run_suite(vm.KERNEL, KUNIT_KO, "kunit")
+
+    def test_mmiosim_suite_debug_kernel(self):
+        """The same suite under lockdep, KFENCE, atomic-sleep and list checks: clean."""
+        res = self.run_suite(DEBUG_KERNEL, DEBUG_KUNIT_KO, "kunit-debug")
+        splats = [line for line in res.console.splitlines()
+                  if re.search(r"WARNING:|BUG:|lockdep|possible .*locking|KFENCE:|"
+                               r"sleeping function called|list_(add|del) corruption", line)]
+        self.assertEqual(splats, [], "the debug kernel reported problems")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ HARNESS_INFO = re.compile(r"# mmiolab harness: (.*)")
 @dataclass
 class GradeOptions:
     seeds: list[int]
-    cmds: int = 2000
+    cmds: int = 10000
     out: str = os.path.join(BUILD, "grades")
     resume: bool = False
     append: tuple[str, ...] = ()
@@ -156,14 +157,18 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
             continue
         todo.append((sub_id, path))
     t0 = time.monotonic()
+    lock = threading.Lock()
+    finished = [0]
 
     def one(item):
         sub_id, path = item
         r = grade_one(spec, path, sub_id, opts)
         failed = ", ".join(t.name for t in r.failed) or "-"
-        progress(f"{sub_id:24} {r.score:5.1f}/{r.max_score:<5.1f} {r.verdict:18} "
-                 f"{r.execution_time:5.1f}s  failed: {failed}  "
-                 f"[{len(results) + 1}/{len(todo)}, {time.monotonic() - t0:.0f}s]")
+        with lock:
+            finished[0] += 1
+            progress(f"{sub_id:24} {r.score:5.1f}/{r.max_score:<5.1f} {r.verdict:18} "
+                     f"{r.execution_time:5.1f}s  failed: {failed}  "
+                     f"[{finished[0]}/{len(todo)}, {time.monotonic() - t0:.0f}s]")
         return r
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

@@ -22,7 +22,11 @@ from .progress import CommandError, run_logged, say, step
 TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.1.tar.xz")
 PATCHES = os.environ.get("MMIOLAB_PATCHES", os.path.join(ROOT, "patches"))
 FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
-KDIR = os.path.join(BUILD, "kernel")
+DEBUG_FRAGMENT = os.path.join(ROOT, "vm", "debug.config")
+# MMIOLAB_DEBUG=1 (make kernel DEBUG=1): the debug kernel, in build/kernel-debug.
+DEBUG = os.environ.get("MMIOLAB_DEBUG", "") == "1"
+FRAGMENTS = [FRAGMENT, DEBUG_FRAGMENT] if DEBUG else [FRAGMENT]
+KDIR = os.path.join(BUILD, "kernel-debug" if DEBUG else "kernel")
 SRC = os.path.join(KDIR, "src")
 OBJ = os.path.join(KDIR, "obj")
 STAMP = os.path.join(KDIR, "stamp.json")
@@ -78,7 +82,7 @@ def source_digest(patch_dir: str = PATCHES) -> str:
 
 
 def config_digest() -> str:
-    return _digest([FRAGMENT])
+    return _digest(FRAGMENTS)
 
 
 def _load_stamp() -> dict:
@@ -140,9 +144,14 @@ def build_env() -> dict[str, str]:
 
 def configure() -> None:
     os.makedirs(OBJ, exist_ok=True)
-    env = {**build_env(), "KCONFIG_ALLCONFIG": FRAGMENT}
+    merged = os.path.join(KDIR, "fragment.config")
+    with open(merged, "w") as out:
+        for frag in FRAGMENTS:
+            with open(frag) as f:
+                out.write(f.read())
+    env = {**build_env(), "KCONFIG_ALLCONFIG": merged}
     run_logged(make_cmd("allnoconfig"), os.path.join(KDIR, "config.log"), "configure", env=env)
-    check_config(os.path.join(OBJ, ".config"), FRAGMENT)
+    check_config(os.path.join(OBJ, ".config"), merged)
 
 
 def check_config(config: str, fragment: str) -> None:
@@ -194,7 +203,7 @@ def build(force: bool = False) -> str:
     if stamp.get("built") == want and os.path.exists(BZIMAGE):
         say("kernel: up to date")
         return BZIMAGE
-    with step("kernel: build (full log: build/kernel/build.log)"):
+    with step(f"kernel: build (full log: {os.path.relpath(KDIR, ROOT)}/build.log)"):
         run_logged(make_cmd("bzImage", "modules"), os.path.join(KDIR, "build.log"),
                    "kernel build", env=build_env(), count_prefix="  CC")
     stamp["built"] = want

@@ -98,7 +98,7 @@ def guest_programs(lab: Lab) -> dict[str, str]:
     return progs
 
 
-def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 2000,
+def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
               append: list[str] | None = None, timeout: float = 90) -> Run:
     """Boot a guest and run the lab's harness on the driver, once per seed."""
     nonce = secrets.token_hex(8)

@@ -46,7 +46,7 @@ def variant_source(lab: Lab, variant: str, workdir: str) -> str:
 
 
 def race_runs(lab: Lab, variant: str, seeds: list[int], append: list[str] | None = None,
-              cmds: int = 2000, timeout: float = 600) -> Tally:
+              cmds: int = 10000, timeout: float = 600) -> Tally:
     """Build the variant and run its race test once per seed, in one guest."""
     base = os.path.join(BUILD, "labtest", lab.name)
     os.makedirs(base, exist_ok=True)

@@ -21,12 +21,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import BUILD
+from . import BUILD, kernel
 from .initramfs import BASE, Archive, with_overlay
 
 QEMU = "qemu-system-x86_64"
 QBOOT = "/usr/share/qemu/qboot.rom"
-KERNEL = os.path.join(BUILD, "kernel", "obj", "arch", "x86", "boot", "bzImage")
+KERNEL = kernel.BZIMAGE
 DEBUG_EXIT = "isa-debug-exit,iobase=0xf4,iosize=0x04"
 PANIC_MARK = "Kernel panic - not syncing"
 BASE_APPEND = ["console=ttyS0", "panic=-1", "oops=panic", "panic_on_warn=0",
@@ -201,6 +201,9 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     channel_path = os.path.join(log_dir, "channel.log")
     console_path = os.path.join(log_dir, "console.log")
     cmd = qemu_command(cfg, accel, initrd, append)
+    monitor = os.environ.get("MMIOLAB_QEMU_MONITOR")   # debugging: a QMP/HMP socket
+    if monitor:
+        cmd += ["-monitor", f"unix:{monitor},server,nowait"]
     cmd += ["-display", "none",
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
             "-chardev", f"file,id=ch,path={channel_path}", "-serial", "chardev:ch"]
