@@ -5,7 +5,7 @@ PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
-.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bisect clean help
+.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect clean help
 
 all: kernel initramfs
 
@@ -40,12 +40,17 @@ initramfs:
 vm: kernel initramfs
 	@$(KIT) vm
 
+## make bench      the fabric's benchmark in a guest: flush costs, overtakes, accessor cost
+bench: kernel initramfs
+	@$(KIT) bench
+
 ## make bisect     build every prefix of the patch series (slow; not part of check)
 bisect:
 	@$(KIT) bisect
 
 ## make docs        render the HTML docs into build/docs/html
-docs: kernel
+docs:
+	@MMIOLAB_DEBUG= $(KIT) kernel
 	@$(SPHINX) -b html -d build/docs/doctrees -c . Documentation build/docs/html
 	@echo "mmiolab: docs: file://$(CURDIR)/build/docs/html/index.html"
 

@@ -55,7 +55,8 @@ class KUnitTest(unittest.TestCase):
         """The same suite under lockdep, KFENCE, atomic-sleep and list checks: clean."""
         res = self.run_suite(DEBUG_KERNEL, DEBUG_KUNIT_KO, "kunit-debug")
         splats = [line for line in res.console.splitlines()
-                  if re.search(r"WARNING:|BUG:|lockdep|possible .*locking|KFENCE:|"
+                  if re.search(r"WARNING:|BUG:|INFO: lockdep|possible .*locking|"
+                               r"inconsistent lock state|KFENCE: |ODEBUG:|"
                                r"sleeping function called|list_(add|del) corruption", line)]
         self.assertEqual(splats, [], "the debug kernel reported problems")
 

@@ -135,8 +135,8 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(res.console, events)}")
     tests = report.outcomes(spec, parsed, host)
-    info = next((m.group(1) for line in parsed.trusted_lines
-                 if (m := HARNESS_INFO.search(line))), "")
+    trusted, _, _ = ktap.trusted_lines(res.channel, run.nonce)
+    info = next((m.group(1) for line in trusted if (m := HARNESS_INFO.search(line))), "")
     if res.status != "exited":
         notes.append(res.describe())
     return report.GradeResult(

@@ -66,8 +66,8 @@ if [ "$race" = ok ]; then
 	END {
 		rpc = n ? r / n : 0; wpc = n ? w / n : 0
 		flush = rpc > 0.5 ? "readback" : (wpc > 0.5 ? "mmiowb" : "none")
-		printf "%s # cost: flush=%s reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f fraction=%s\n",
-			nonce, flush, rpc, wpc, NR ? t / NR : 0, rpc > 0.5 ? "0.5" : "1"
+		frac = rpc > 0.5 ? "0.5" : "1"; thr = NR ? t / NR : 0
+		printf "%s # cost: flush=%s reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f fraction=%s\n", nonce, flush, rpc, wpc, thr, frac
 		printf "%s ok 4 cost\n", nonce
 	}' /tmp/cost > "$ch"
 else
