@@ -125,5 +125,40 @@ class GradeTest(unittest.TestCase):
         self.assertEqual(again.stdout.count("already graded"), len(CLASS) + 1, again.stdout)
 
 
+class HermeticTest(unittest.TestCase):
+    def test_builds_have_no_network(self):
+        from mmiolab.lab import sandbox
+        prefix = sandbox()
+        self.assertTrue(prefix, "no way to cut builds off the network on this machine")
+        probe = ("import socket\ns = socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\n"
+                 "except OSError as e:\n print(e.errno)")
+        res = subprocess.run(prefix + ["/usr/bin/python3", "-c", probe], capture_output=True,
+                             text=True, timeout=30)
+        # ENETUNREACH (101): the namespace has not even a loopback up.
+        self.assertEqual(res.stdout.strip(), "101", res.stdout + res.stderr)
+
+
+class GradescopeTest(unittest.TestCase):
+    def setUp(self):
+        need_guest(self)
+
+    def test_autograder_layout(self):
+        with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as root:
+            os.makedirs(os.path.join(root, "submission"))
+            shutil.copy(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c"),
+                        os.path.join(root, "submission", "ringdrv.c"))
+            res = subprocess.run(["/usr/bin/python3", GRADE, "--lab", "doorbell", "--gradescope"],
+                                 env={**os.environ, "MMIOLAB_AUTOGRADER": root},
+                                 capture_output=True, text=True, timeout=300)
+            self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+            with open(os.path.join(root, "results", "results.json")) as f:
+                data = json.load(f)
+        self.assertEqual(data["score"], 100)
+        self.assertEqual({t["name"] for t in data["tests"]},
+                         {"build", "load_unload", "single_cpu", "race", "cost", "clean_log"})
+        for t in data["tests"]:
+            self.assertEqual(t["score"], t["max_score"], t)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -107,20 +107,27 @@ def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
         raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")
 
 
-def guest_helpers() -> dict[str, str]:
-    """Compile vm/guest/*.c to build/initramfs/bin/; returns {name: path}."""
-    bindir = os.path.join(OUT_DIR, "bin")
+def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,
+                     headers: list[str] | None = None) -> dict[str, str]:
+    """Compile every src_dir/*.c to a static bindir/NAME when it is out of date
+    against its source or any of headers; returns {name: path}."""
     os.makedirs(bindir, exist_ok=True)
     built = {}
-    for name in sorted(os.listdir(GUEST_SRC)):
+    for name in sorted(os.listdir(src_dir)):
         if not name.endswith(".c"):
             continue
-        src = os.path.join(GUEST_SRC, name)
+        src = os.path.join(src_dir, name)
         out = os.path.join(bindir, name[:-2])
-        if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
-            compile_static(src, out)
+        newest = max(os.path.getmtime(p) for p in [src] + list(headers or []))
+        if not os.path.exists(out) or os.path.getmtime(out) < newest:
+            compile_static(src, out, flags)
         built[name[:-2]] = out
     return built
+
+
+def guest_helpers() -> dict[str, str]:
+    """Compile vm/guest/*.c to build/initramfs/bin/; returns {name: path}."""
+    return compile_programs(GUEST_SRC, os.path.join(OUT_DIR, "bin"))
 
 
 def base_archive() -> Archive:
