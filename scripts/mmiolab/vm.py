@@ -266,7 +266,9 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
             status = "flood"
         elif PANIC_MARK in console:
             status = "panic"
-        elif rc & 1 and rc > 1 or rc == 1 and "mmiolab: exit status" in console:
+        elif rc & 1 and f"mmiolab: exit status {rc >> 1}" in console:
+            # isa-debug-exit: QEMU exits (status << 1) | 1; /init printed it too,
+            # which tells a reported status from QEMU's own exit code 1 or 3.
             status, exit_code = "exited", rc >> 1
         elif rc == 0:
             status = "no-status"
