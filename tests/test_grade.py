@@ -16,6 +16,7 @@ from vmtest import need_guest, report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
 GRADE = os.path.join(ROOT, "scripts", "grade")
+SCRATCH = os.path.join(BUILD, "scratch")
 
 
 def starter() -> str:
@@ -65,7 +66,9 @@ class GradeTest(unittest.TestCase):
         with tarfile.open(evil, "w:gz") as t:
             src = os.path.join(cls.klass, "mmiowb", "ringdrv.c")
             t.add(src, arcname="../../escaped-ringdrv.c")
+        os.makedirs(SCRATCH, exist_ok=True)    # the grader's own; made on first use
         cls.before = set(os.listdir(os.path.dirname(cls.tmp)))
+        cls.scratch_before = set(os.listdir(SCRATCH))
 
     @classmethod
     def tearDownClass(cls):
@@ -115,6 +118,7 @@ class GradeTest(unittest.TestCase):
         self.assertEqual(len(rows), len(CLASS) + 1)
         # Nothing escaped the scratch area.
         self.assertEqual(set(os.listdir(os.path.dirname(self.tmp))), self.before)
+        self.assertEqual(set(os.listdir(SCRATCH)), self.scratch_before, "scratch left behind")
         self.assertFalse(os.path.exists(os.path.join(BUILD, "escaped-ringdrv.c")))
 
         # --resume regrades nothing already finished.

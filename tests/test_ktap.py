@@ -13,14 +13,13 @@ import tempfile
 import textwrap
 import unittest
 
-from mmiolab import ROOT, ktap
+from mmiolab import kernel, ktap
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
 NAMES = ["load_unload", "single_cpu", "race", "cost"]
 S = ktap.Status
-KERNEL = os.environ.get("MMIOLAB_KERNEL_SRC",
-                        os.path.join(ROOT, "build", "dev", "linux-source-6.1"))
+KERNEL = os.environ.get("MMIOLAB_KERNEL_SRC", kernel.SRC)
 KUNIT = os.path.join(KERNEL, "tools", "testing", "kunit", "kunit.py")
 
 
