@@ -9,11 +9,11 @@ import os
 import subprocess
 import unittest
 
-from mmiolab.lab import Lab
-from mmiolab.labtest import race_runs
+from mmiolab.labspec import load_lab
+from mmiolab.labtest import run_variant
 from vmtest import need_guest, report
 
-LAB = Lab("doorbell")
+LAB = load_lab("doorbell")
 SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "10")) + 1))
 FIXTURES = sorted(f[:-6] for f in os.listdir(os.path.join(LAB.dir, "fixtures"))
                   if f.endswith(".patch"))
@@ -50,7 +50,7 @@ class RaceTest(unittest.TestCase):
         need_guest(self)
 
     def tally(self, variant, append=None):
-        t = race_runs(LAB, variant, SEEDS, append=append)
+        t = run_variant(LAB, variant, SEEDS, append=append)["race"]
         extra = f", median first failure at submission {t.median_first_failure}" \
             if t.first_failure else ""
         thr = f", {sorted(t.throughput)[len(t.throughput) // 2]:.0f} cmds/s" if t.throughput else ""

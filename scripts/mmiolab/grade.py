@@ -59,14 +59,14 @@ def _replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
                         semantics=params.pop("locking", str(spec.fabric.get("semantics", ""))),
                         params={k: v for k, v in params.items()
                                 if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns")})
-    race = parsed.root.find("race") if parsed else None
-    if race is not None and race.subtests:
-        passed = [t for t in race.subtests if t.status.ok]
-        rep.seeds_passed = len(passed)
-        for t in race.subtests:
-            if not t.status.ok and t.name.startswith("seed_"):
-                rep.first_failing_seed = int(t.name[5:])
-                break
+    # Seeds that passed every per-seed test; the first seed any of them failed.
+    per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
+    per_seed = [t for t in per_seed if t is not None and t.subtests]
+    if per_seed:
+        passing = [{t.name for t in test.subtests if t.status.ok} for test in per_seed]
+        good = [all(f"seed_{s}" in p for p in passing) for s in seeds]
+        rep.seeds_passed = sum(good)
+        rep.first_failing_seed = next((s for s, ok in zip(seeds, good) if not ok), None)
     return rep
 
 
@@ -107,7 +107,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                              timeout=spec.limits.build_timeout)
     except BuildFailed as e:
         return report.not_graded(spec, sub_id, "build-failed",
-                                 f"ringdrv.c does not compile:\n{e}", notes=notes)
+                                 f"{spec.files[0]} does not compile:\n{e}", notes=notes)
     nm = subprocess.run(["nm", "-u", built.ko], capture_output=True, text=True)
     forbidden = spec.forbidden_symbols(undefined_symbols(nm.stdout))
     if forbidden:

@@ -18,6 +18,9 @@ Schema (``schema = 1``)::
     symbols       = ["_printk", ...]      # undefined symbols the module may import;
                                           # an entry with '*' is a glob ("__x86_indirect_thunk_*")
     default_seeds = [1, 2, 3]             # PRNG seeds of the fabric for the race tests
+    symbols_from  = "doorbell"            # optional: also allow that lab's symbols
+    fixture_base  = "solutions/ref/x.c"   # optional: the file the wrong-fix fixtures
+                                          # patch (default: starter/<files[0]>)
 
     [limits]                              # all optional, defaults below
     build_timeout   = 120                 # seconds for the module build
@@ -107,6 +110,20 @@ class LabSpec:
     limits: Limits = field(default_factory=Limits)
     fabric: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    fixture_base: str = ""
+
+    @property
+    def dir(self) -> str:
+        return os.path.dirname(os.path.abspath(self.path))
+
+    @property
+    def fixture_base_path(self) -> str:
+        """The source file the lab's fixtures/*.patch apply to."""
+        return os.path.join(self.dir, self.fixture_base or os.path.join("starter", self.files[0]))
+
+    @property
+    def per_seed_tests(self) -> tuple[GradedTest, ...]:
+        return tuple(t for t in self.tests if t.per_seed)
 
     @property
     def max_score(self) -> float:
@@ -192,7 +209,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     v = _Validator(path)
     v.keys(data, "", required={"schema", "name", "title", "module", "files", "symbols",
                                "default_seeds", "tests"},
-           optional={"limits", "fabric"})
+           optional={"limits", "fabric", "symbols_from", "fixture_base"})
     if data["schema"] != SCHEMA:
         v.fail("schema", f"this grader reads schema {SCHEMA}, got {data['schema']!r}")
     name = v.string(data, "name", _LAB_NAME, "a lab name ([a-z][a-z0-9_-]*)")
@@ -209,6 +226,16 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     for i, s in enumerate(symbols):
         if not _SYMBOL.match(s):
             v.fail(f"symbols[{i}]", f"{s!r} is not a symbol name or glob")
+    if "symbols_from" in data:
+        other = v.string(data, "symbols_from", _LAB_NAME, "a lab name")
+        other_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
+                                  other, "lab.toml")
+        if other == name or not os.path.isfile(other_path):
+            v.fail("symbols_from", f"no other lab {other!r} next to this one")
+        symbols = symbols + list(load(other_path).symbols)
+    fixture_base = data.get("fixture_base", "")
+    if not isinstance(fixture_base, str) or fixture_base.startswith("/") or ".." in fixture_base:
+        v.fail("fixture_base", "must be a path inside the lab's folder")
     seeds = data["default_seeds"]
     if (not isinstance(seeds, list) or not seeds
             or any(type(s) is not int or not 0 <= s < 1 << 64 for s in seeds)):
@@ -218,7 +245,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     tests = _tests(v, data["tests"])
     return LabSpec(name=name, title=title, module=module, files=tuple(files),
                    symbols=frozenset(symbols), default_seeds=tuple(seeds), tests=tests,
-                   limits=limits, fabric=fabric, path=path)
+                   limits=limits, fabric=fabric, path=path, fixture_base=fixture_base)
 
 
 class _Validator:

@@ -1,25 +1,29 @@
 """Run a lab's driver variants (starter, solutions, wrong-fix fixtures) over
-many seeds and count how often the race test fails: the claims the labs make
-("the starter fails in essentially every run, every solution passes") are
-measured, not assumed."""
+many seeds and count how often each per-seed test fails: the claims the labs
+make ("the starter fails in essentially every run, every solution passes")
+are measured, not assumed."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 
 from . import BUILD, ktap
+from .grade import fabric_append
 from .lab import Lab, build_driver, run_tests
+from .labspec import LabSpec
 
 
 @dataclass
 class Tally:
     variant: str
+    test: str
     runs: int
     failed: int
-    first_failure: list[int]      # per failing run: submissions until the first failure
+    first_failure: list[int]      # per failing run: submissions (or cycles) until the first failure
     throughput: list[float]
     seconds: float
 
@@ -29,46 +33,62 @@ class Tally:
         return v[len(v) // 2] if v else None
 
 
-def variant_source(lab: Lab, variant: str, workdir: str) -> str:
-    """starter, solution:NAME or fixture:NAME (a patch applied to the starter)."""
+def variants(spec: LabSpec) -> list[str]:
+    """starter, every solution, every fixture of the lab."""
+    out = ["starter"]
+    out += [f"solution:{d}" for d in sorted(os.listdir(os.path.join(spec.dir, "solutions")))]
+    out += [f"fixture:{f[:-6]}" for f in sorted(os.listdir(os.path.join(spec.dir, "fixtures")))
+            if f.endswith(".patch")]
+    return out
+
+
+def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
+    """starter, solution:NAME or fixture:NAME (a patch applied to the lab's fixture base)."""
+    main = spec.files[0]
     if variant == "starter":
-        return os.path.join(lab.dir, "starter", "ringdrv.c")
+        return os.path.join(spec.dir, "starter", main)
     kind, name = variant.split(":", 1)
     if kind == "solution":
-        return os.path.join(lab.dir, "solutions", name, "ringdrv.c")
-    src = os.path.join(workdir, "ringdrv.c")
-    with open(os.path.join(lab.dir, "starter", "ringdrv.c")) as f, open(src, "w") as g:
-        g.write(f.read())
+        return os.path.join(spec.dir, "solutions", name, main)
+    src = os.path.join(workdir, main)
+    shutil.copy(spec.fixture_base_path, src)
     subprocess.run(["patch", "-s", "-F0", "-p1", "-i",
-                    os.path.join(lab.dir, "fixtures", f"{name}.patch")],
+                    os.path.join(spec.dir, "fixtures", f"{name}.patch")],
                    cwd=workdir, check=True, capture_output=True)
     return src
 
 
-def race_runs(lab: Lab, variant: str, seeds: list[int], append: list[str] | None = None,
-              cmds: int = 10000, timeout: float = 600) -> Tally:
-    """Build the variant and run its race test once per seed, in one guest."""
+def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
+                cmds: int = 10000, timeout: float = 600) -> dict[str, Tally]:
+    """Build the variant and run the lab's harness once, over all seeds, in one
+    guest under the lab's fabric (plus `append`); a Tally per per-seed test."""
+    lab = Lab(spec.name, spec.module)
     base = os.path.join(BUILD, "labtest", lab.name)
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
-        src = variant_source(lab, variant, tmp)
+        src = variant_source(spec, variant, tmp)
         built = build_driver(lab, src, os.path.join(tmp, "build"))
         log_dir = os.path.join(base, variant.replace(":", "-") + "-" + "-".join(append or ["default"]))
-        run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds, append=append, timeout=timeout)
-    parsed = ktap.parse(run.result.channel, nonce=run.nonce)
-    race = parsed.root.find("race")
-    runs = {t.name: t for t in (race.subtests if race else [])}
-    failed, first, thr = 0, [], []
-    for s in seeds:
-        t = runs.get(f"seed_{s}")
-        if t is None or not t.status.ok:
-            failed += 1
-        if t is not None:
-            vals = t.values()
-            if "first_failure_at" in vals:
-                first.append(int(vals["first_failure_at"]))
-            if "throughput_cps" in vals:
-                thr.append(float(vals["throughput_cps"]))
+        run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
+                        append=fabric_append(spec) + list(append or []), timeout=timeout)
     if run.result.status != "exited":
         raise RuntimeError(f"{variant}: {run.result.describe()}")
-    return Tally(variant, len(seeds), failed, first, thr, run.result.seconds)
+    parsed = ktap.parse(run.result.channel, nonce=run.nonce)
+    tallies = {}
+    for graded in spec.per_seed_tests:
+        test = parsed.root.find(graded.name)
+        runs = {t.name: t for t in (test.subtests if test else [])}
+        failed, first, thr = 0, [], []
+        for s in seeds:
+            t = runs.get(f"seed_{s}")
+            if t is None or not t.status.ok:
+                failed += 1
+            if t is not None:
+                vals = t.values()
+                if "first_failure_at" in vals:
+                    first.append(int(vals["first_failure_at"]))
+                if "throughput_cps" in vals:
+                    thr.append(float(vals["throughput_cps"]))
+        tallies[graded.name] = Tally(variant, graded.name, len(seeds), failed, first, thr,
+                                     run.result.seconds)
+    return tallies

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * posttest: the posting lab's in-guest test. Pinned to one CPU, it runs
+ * CYCLES sessions through /dev/postdrv: START, SUBMIT a few commands,
+ * optionally wait WAIT_US, STOP. A session passes when STOP reports every
+ * command completed exactly once with its result, and no interrupt of the
+ * card reaches the kernel after STOP returned. The interrupt count comes
+ * from /proc/interrupts (the irq_sim line: the card's), not from the
+ * driver under test; the driver's own late_irqs count must agree.
+ *
+ * Prints one KTAP test result, each line prefixed with the run's nonce:
+ *   posttest -k NUMBER -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US]
+ *            [-i INDENT]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "postdrv_ioctl.h"
+
+#define SETTLE_US	2000	/* far longer than the fabric's slowest write */
+
+static const char *nonce = "";
+static int indent;
+
+static void out(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s %*s", nonce, indent, "");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+static uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* Interrupts delivered for the card: its line of /proc/interrupts. */
+static long long card_irqs(void)
+{
+	char line[1024], *p, *end;
+	long long sum = -1, v;
+	FILE *f = fopen("/proc/interrupts", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "irq_sim"))
+			continue;
+		p = strchr(line, ':');
+		if (!p)
+			break;
+		for (sum = 0, p++; (v = strtoll(p, &end, 10)), end != p; p = end)
+			sum += v;
+		break;
+	}
+	fclose(f);
+	return sum;
+}
+
+int main(int argc, char **argv)
+{
+	struct postdrv_cmd cmds[POSTDRV_BATCH_MAX];
+	struct postdrv_batch batch = { .cmds = (uintptr_t)cmds };
+	struct postdrv_stats st0, st;
+	struct postdrv_report rep;
+	int number = 1, cycles = 200, wait_us = 0, opt, fd, i, k, n;
+	long long irqs_after = 0, lost = 0, bad = 0, errors = 0, first = -1;
+	long long a, b, late_seen = 0;
+	const char *name = "teardown";
+	uint64_t seed = 1, x;
+	struct timespec t0, t1;
+	cpu_set_t set;
+	double secs;
+
+	while ((opt = getopt(argc, argv, "k:N:n:p:s:w:i:")) != -1) {
+		switch (opt) {
+		case 'k': number = atoi(optarg); break;
+		case 'N': name = optarg; break;
+		case 'n': cycles = atoi(optarg); break;
+		case 'p': nonce = optarg; break;
+		case 's': seed = strtoull(optarg, NULL, 0); break;
+		case 'w': wait_us = atoi(optarg); break;
+		case 'i': indent = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US] [-i INDENT]\n");
+			return 2;
+		}
+	}
+	CPU_ZERO(&set);
+	CPU_SET(0, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+	fd = open("/dev/postdrv", O_RDWR);
+	if (fd < 0 || card_irqs() < 0 || ioctl(fd, POSTDRV_STATS, &st0)) {
+		out("not ok %d %s # cannot use /dev/postdrv or find the card's interrupt: %s",
+		    number, name, strerror(errno));
+		return 1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	x = seed;
+	for (i = 0; i < cycles; i++) {
+		int fail = 0;
+
+		x = splitmix(x);
+		n = 1 + x % 16;
+		for (k = 0; k < n; k++) {
+			cmds[k].tag = (uint32_t)(i << 8 | k);
+			cmds[k].reserved = 0;
+			cmds[k].payload = splitmix(x ^ k);
+		}
+		batch.count = n;
+		if (ioctl(fd, POSTDRV_START) || ioctl(fd, POSTDRV_SUBMIT, &batch)) {
+			out("# %s: cycle %d: START or SUBMIT failed: %s", name, i, strerror(errno));
+			errors++;
+			ioctl(fd, POSTDRV_STOP, &rep);
+			fail = 1;
+			goto next;
+		}
+		if (wait_us)
+			usleep(wait_us);
+		if (ioctl(fd, POSTDRV_STOP, &rep)) {
+			out("# %s: cycle %d: STOP failed: %s", name, i, strerror(errno));
+			errors++;
+			fail = 1;
+			goto next;
+		}
+		a = card_irqs();
+		usleep(SETTLE_US);
+		b = card_irqs();
+		if (b != a) {
+			irqs_after += b - a;
+			fail = 1;
+		}
+		if (rep.submitted != (uint64_t)n || rep.completed != (uint64_t)n) {
+			lost += (long long)n - (long long)rep.completed;
+			fail = 1;
+		}
+		if (rep.bad) {
+			bad += rep.bad;
+			fail = 1;
+		}
+next:
+		if (ioctl(fd, POSTDRV_STATS, &st) == 0 && st.late_irqs != st0.late_irqs + late_seen) {
+			late_seen = st.late_irqs - st0.late_irqs;
+			fail = 1;
+		}
+		if (fail) {
+			first = i + 1;
+			break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	out("# %s: seed=%llu cycles=%d wait_us=%d irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
+	    name, (unsigned long long)seed, first < 0 ? cycles : (int)first, wait_us,
+	    irqs_after, late_seen, lost, bad, errors);
+	out("# %s: seconds=%.2f", name, secs);
+	if (first >= 0)
+		out("# %s: first_failure_at=%lld", name, first);
+	out("%sok %d %s", first < 0 ? "" : "not ", number, name);
+	return first < 0 ? 0 : 1;
+}
