@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
- * The test interface of the doorbell lab's driver: /dev/ringdrv.
- * Owned by the lab (the grader supplies this file; students don't edit it).
+ * The test interface of the ring labs' drivers (doorbell, modern): /dev/ringdrv.
+ * Owned by the labs (the grader supplies this file; students don't edit it).
  */
 #ifndef _RINGDRV_IOCTL_H
 #define _RINGDRV_IOCTL_H
@@ -21,9 +21,19 @@ struct ringdrv_cmd {
 #define RINGDRV_BATCH_MAX	32
 struct ringdrv_batch {
 	__u32 count;
-	__u32 reserved;
+	__u32 path;		/* RINGDRV_PATH_*: the submit path to use */
 	__u64 cmds;		/* user pointer to struct ringdrv_cmd[count] */
 };
+
+/*
+ * Submit paths. The doorbell lab's driver has one and ignores the field;
+ * the modern lab's driver has one per way of stepping outside what
+ * spin_unlock() orders since Linux 5.2.
+ */
+#define RINGDRV_PATH_DEFAULT	0
+#define RINGDRV_PATH_UNLOCK	1	/* doorbell rung after spin_unlock() */
+#define RINGDRV_PATH_RELAXED	2	/* writel_relaxed() inside the lock */
+#define RINGDRV_PATH_MUTEX	3	/* a mutex instead of the spinlock */
 
 /* What the driver saw; the grader trusts the card's counters, not these. */
 struct ringdrv_stats {

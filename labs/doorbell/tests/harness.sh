@@ -34,6 +34,7 @@ else
 	say "not ok 1 load_unload"
 fi
 
+# shellcheck disable=SC2086 # one word per seed
 set -- $SEEDS
 echo "seed=$1" > $params
 lsmod | grep -q '^ringdrv ' || load

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * ringtest: the doorbell lab's in-guest test. One thread pinned per CPU
+ * ringtest: the ring labs' in-guest test (doorbell, modern). One thread pinned per CPU
  * submits commands with unique tags through /dev/ringdrv, BATCH at a time so
  * that the CPUs contend for the driver's lock; every command must
  * complete exactly once with its own result. The card's counters (kept by
@@ -10,7 +10,8 @@
  * Prints one KTAP test result, each line prefixed with the run's nonce and
  * indented by INDENT spaces; appends "reads mmiowbs commands" to COSTFILE:
  *   ringtest -k NUMBER -N NAME -t THREADS -n PER_THREAD -p NONCE [-s SEED]
- *            [-i INDENT] [-c COSTFILE]
+ *            [-i INDENT] [-c COSTFILE] [-m PATH]
+ * PATH selects the driver's submit path (RINGDRV_PATH_*, modern lab).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +36,7 @@ static int indent;
 static int fd;
 static int per_thread = 1000;
 static uint64_t seed = 1;
+static unsigned int submit_path;	/* RINGDRV_PATH_* */
 static pthread_barrier_t start;
 static long submitted_total;	/* atomically counted, for first_failure_at */
 static long first_failure = -1;
@@ -87,7 +89,7 @@ static void failed_at(long n)
 static void *work(void *arg)
 {
 	struct ringdrv_cmd cmds[BATCH];
-	struct ringdrv_batch batch = { .cmds = (uintptr_t)cmds };
+	struct ringdrv_batch batch = { .cmds = (uintptr_t)cmds, .path = submit_path };
 	struct worker *w = arg;
 	cpu_set_t set;
 	int i, k, n;
@@ -180,7 +182,7 @@ int main(int argc, char **argv)
 	double secs;
 	int pass;
 
-	while ((opt = getopt(argc, argv, "k:N:t:n:p:s:i:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "k:N:t:n:p:s:i:c:m:")) != -1) {
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
@@ -190,8 +192,9 @@ int main(int argc, char **argv)
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'i': indent = atoi(optarg); break;
 		case 'c': costfile = optarg; break;
+		case 'm': submit_path = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS -p NONCE [-s SEED] [-i INDENT] [-c COSTFILE]\n");
+			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS -p NONCE [-s SEED] [-i INDENT] [-c COSTFILE] [-m PATH]\n");
 			return 2;
 		}
 	}

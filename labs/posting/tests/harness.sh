@@ -37,6 +37,7 @@ fi
 
 # Sessions that wait for their commands before STOP: nothing is in flight
 # when the driver tears down, so even the starter passes.
+# shellcheck disable=SC2086 # one word per seed
 set -- $SEEDS
 echo "seed=$1" > $params
 lsmod | grep -q '^postdrv ' || load

@@ -1,0 +1,1 @@
+../doorbell/ringdrv_ioctl.h

@@ -1,0 +1,1 @@
+../../doorbell/tests/ringtest.c
