@@ -1,11 +1,12 @@
 # mmiolab: the whole interface. `make demo` shows the kit end to end,
 # `make check` runs the test suite. Everything generated goes to build/.
 
+SHELL := /bin/bash
 PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
-.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect clean help
+.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats clean help
 
 all: kernel initramfs
 
@@ -43,6 +44,14 @@ vm: kernel initramfs
 ## make bench      the fabric's benchmark in a guest: flush costs, overtakes, accessor cost
 bench: kernel initramfs
 	@$(KIT) bench
+
+## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n);
+##                  the table goes to build/labstats.txt too
+LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
+labstats: kernel initramfs
+	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
+		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) || exit 1; \
+	done | tee build/labstats.txt
 
 ## make bisect     build every prefix of the patch series (slow; not part of check)
 bisect:
