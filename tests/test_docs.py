@@ -46,8 +46,8 @@ PY = "/usr/bin/python3"
 OUT = os.path.join(ROOT, "build", "test-docs")
 HTML = os.path.join(OUT, "html")
 SHOTS = os.path.join(OUT, "screenshots")
-HANDOUT = os.path.join(ROOT, "labs", "doorbell", "README.rst")
 LAB = os.path.join(ROOT, "labs", "doorbell")
+LAB_NAMES = ("doorbell", "posting", "modern")
 FIGURES = os.path.join(ROOT, "Documentation", "figures")
 KERNEL_SRC = os.path.join(ROOT, "build", "kernel", "src")
 sys.path.insert(0, os.path.join(ROOT, "Documentation", "sphinx"))
@@ -65,6 +65,8 @@ PAGES = [
     "kit/vm.html",
     "labs/index.html",
     "labs/doorbell.html",
+    "labs/posting.html",
+    "labs/modern.html",
     "instructor/index.html",
     "instructor/threat-model.html",
     "reference/accessors.html",
@@ -156,11 +158,12 @@ class DocsBuildTest(unittest.TestCase):
 
     def test_lab_page_includes_the_handout(self):
         require_site(self)
-        with open(HANDOUT, encoding="utf-8") as f:
-            title = f.read().split("\n")[1].strip()
-        with open(os.path.join(HTML, "labs", "doorbell.html"), encoding="utf-8") as f:
-            page = f.read()
-        self.assertIn(_text_of(title), _text_of(page), "labs/doorbell.html lacks the handout")
+        for lab in LAB_NAMES:
+            with open(os.path.join(ROOT, "labs", lab, "README.rst"), encoding="utf-8") as f:
+                title = f.read().split("\n")[1].strip()
+            with open(os.path.join(HTML, "labs", f"{lab}.html"), encoding="utf-8") as f:
+                page = f.read()
+            self.assertIn(_text_of(title), _text_of(page), f"labs/{lab}.html lacks the handout")
 
     def test_no_broken_internal_links(self):
         require_site(self)
@@ -204,11 +207,13 @@ class DocsBuildTest(unittest.TestCase):
             "    settings_overrides={'halt_level': 2, 'report_level': 2,\n"
             "                        'output_encoding': 'unicode'})\n"
         )
-        p = subprocess.run([PY, "-c", code, HANDOUT], capture_output=True, text=True,
-                           timeout=60)
-        self.assertEqual(p.returncode, 0,
-                         "labs/doorbell/README.rst is not plain reStructuredText:\n"
-                         + p.stderr[-3000:])
+        for lab in LAB_NAMES:
+            handout = os.path.join(ROOT, "labs", lab, "README.rst")
+            p = subprocess.run([PY, "-c", code, handout], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 0,
+                             f"labs/{lab}/README.rst is not plain reStructuredText:\n"
+                             + p.stderr[-3000:])
 
 
 class ApiReferenceTest(unittest.TestCase):

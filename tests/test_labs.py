@@ -6,15 +6,16 @@ make check runs SEEDS seeds per variant; scripts/labstats --lab LAB runs 100
 and prints the table. (The doorbell lab has its own tests/test_doorbell.py.)
 """
 
+import glob
 import os
 import shutil
 import subprocess
 import tempfile
 import unittest
 
-from mmiolab import BUILD
+from mmiolab import BUILD, kernel
 from mmiolab.grade import GradeOptions, grade_batch
-from mmiolab.labspec import load_lab
+from mmiolab.labspec import LABS_DIR, lab_names, load_lab
 from mmiolab.labtest import run_variant, variant_source, variants
 from vmtest import need_guest, report
 
@@ -98,6 +99,28 @@ class LabClaims:
                          [(t.name, t.status) for t in results["solution"].tests])
         failed = {t.name for t in results["starter"].failed}
         self.assertEqual(failed, {t.name for t in self.spec.per_seed_tests})
+
+
+class StyleTest(unittest.TestCase):
+    def test_lab_drivers_pass_checkpatch_strict(self):
+        """Starters, solutions and lab headers of every lab: kernel style, as
+        checkpatch.pl --strict -f sees it (students start from clean code)."""
+        checkpatch = os.path.join(kernel.SRC, "scripts", "checkpatch.pl")
+        self.assertTrue(os.path.exists(checkpatch), "run make kernel first")
+        files = []
+        for lab in lab_names():
+            d = os.path.join(LABS_DIR, lab)
+            files += glob.glob(os.path.join(d, "starter", "*.c"))
+            files += glob.glob(os.path.join(d, "solutions", "*", "*.c"))
+            files += glob.glob(os.path.join(d, "*.h"))
+        self.assertGreaterEqual(len(files), 9)
+        for path in files:
+            with self.subTest(file=os.path.relpath(path, LABS_DIR)):
+                res = subprocess.run(["perl", checkpatch, "--strict", "--no-tree", "-f", path],
+                                     cwd=kernel.SRC, capture_output=True, text=True,
+                                     env={**os.environ, "PATH": "/usr/bin:/bin"}, timeout=120)
+                self.assertRegex(res.stdout, r"total: 0 errors, 0 warnings, 0 checks",
+                                 res.stdout)
 
 
 class PostingLabTest(LabClaims, unittest.TestCase):

@@ -500,6 +500,23 @@ class LabSpecTest(unittest.TestCase):
         self.assertTrue(spec.default_seeds)
         self.assertIn("doorbell", labspec.lab_names())
 
+    def test_every_lab_loads(self):
+        """posting and modern borrow doorbell's allow-list and add their own."""
+        names = labspec.lab_names()
+        self.assertEqual(set(names) & {"doorbell", "posting", "modern"},
+                         {"doorbell", "posting", "modern"})
+        doorbell = labspec.load_lab("doorbell")
+        for name in names:
+            spec = labspec.load_lab(name)
+            self.assertTrue(os.path.isfile(spec.fixture_base_path), name)
+            self.assertTrue(spec.per_seed_tests, name)
+            self.assertEqual(spec.max_score, 100, name)
+            if name != "doorbell":
+                self.assertLessEqual(doorbell.symbols, spec.symbols, name)
+                self.assertIn("mmiosim_flush", spec.forbidden_symbols(["mmiosim_flush"]))
+        self.assertTrue(labspec.load_lab("modern").fixture_base_path.endswith(
+            os.path.join("solutions", "ref", "ringdrv.c")))
+
     def test_undefined_symbols_from_nm(self):
         nm = "                 U _printk\n                 U filp_open\n0000 T init_module\n" \
              "U __fentry__\n"
@@ -542,6 +559,10 @@ class LabSpecTest(unittest.TestCase):
             "bad module": ('module = "demodrv"', 'module = "demo-drv"', "module"),
             "missing title": ('title = "A demo lab"\n', '', "title: missing"),
             "bad symbol": ('"_printk"', '"_printk; rm"', "symbols[0]"),
+            "unknown symbols_from": ('schema = 1\n', 'schema = 1\nsymbols_from = "nolab"\n',
+                                     "symbols_from"),
+            "fixture_base outside": ('schema = 1\n', 'schema = 1\nfixture_base = "../x.c"\n',
+                                     "fixture_base"),
         }
         for label, (old, new, needle) in cases.items():
             self.assertIn(old, GOOD_TOML, label)
