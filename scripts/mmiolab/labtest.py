@@ -6,6 +6,7 @@ are measured, not assumed."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -68,7 +69,9 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         src = variant_source(spec, variant, tmp)
         built = build_driver(lab, src, os.path.join(tmp, "build"))
-        log_dir = os.path.join(base, variant.replace(":", "-") + "-" + "-".join(append or ["default"]))
+        # A plain folder name: QEMU's option syntax breaks paths with commas.
+        name = variant + "-" + "-".join(append or ["default"])
+        log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
         run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
                         append=fabric_append(spec) + list(append or []), timeout=timeout)
     if run.result.status != "exited":

@@ -206,7 +206,9 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
         cmd += ["-monitor", f"unix:{monitor},server,nowait"]
     cmd += ["-display", "none",
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
-            "-chardev", f"file,id=ch,path={channel_path}", "-serial", "chardev:ch"]
+            # QEMU option values escape a comma by doubling it
+            "-chardev", f"file,id=ch,path={channel_path.replace(',', ',,')}",
+            "-serial", "chardev:ch"]
     with open(os.path.join(log_dir, "qemu.cmd"), "w") as f:
         f.write(shlex.join(cmd) + "\n")
     t0 = time.monotonic()
