@@ -174,6 +174,10 @@ _PHRASES = [
     ("stale_commands", "{} stale commands executed"),
     ("stale_doorbells", "{} stale doorbells seen by the device (the index moved backwards)"),
     ("overtakes", "{} cross-CPU overtakes in the I/O fabric"),
+    # the posting lab's teardown test
+    ("late_irqs", "{} interrupt handler runs after the session was torn down"),
+    ("irqs_after_stop", "{} interrupts of the card delivered after STOP returned"),
+    ("bad", "{} completions that matched no command"),
 ]
 
 
