@@ -232,6 +232,9 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
                                   other, "lab.toml")
         if other == name or not os.path.isfile(other_path):
             v.fail("symbols_from", f"no other lab {other!r} next to this one")
+        with open(other_path, "rb") as f:
+            if "symbols_from" in tomllib.load(f):    # one level: no chains, no loops
+                v.fail("symbols_from", f"lab {other!r} borrows its symbols too")
         symbols = symbols + list(load(other_path).symbols)
     fixture_base = data.get("fixture_base", "")
     if not isinstance(fixture_base, str) or fixture_base.startswith("/") or ".." in fixture_base:
