@@ -54,9 +54,9 @@ class LabClaims:
                     with open(os.path.join(self.spec.dir, "fixtures", v.split(":")[1] + ".patch")) as f:
                         self.assertTrue(f.readline().startswith("Wrong fix"), "a one-line why first")
         harness = os.path.join(self.spec.dir, "tests", "harness.sh")
-        if shutil.which("shellcheck"):
-            res = subprocess.run(["shellcheck", "-s", "sh", harness], capture_output=True, text=True)
-            self.assertEqual(res.returncode, 0, res.stdout)
+        self.assertTrue(shutil.which("shellcheck"), "shellcheck missing: run make deps")
+        res = subprocess.run(["shellcheck", "-s", "sh", harness], capture_output=True, text=True)
+        self.assertEqual(res.returncode, 0, res.stdout)
 
     # -- in the guest
     def test_starter_fails_every_race_test(self):
