@@ -64,17 +64,18 @@ class RaceTest(unittest.TestCase):
 
     def test_starter_passes_under_ordered(self):
         t = self.tally("starter", ["mmiosim.profile=ordered"])
-        self.assertEqual(t.failed, 0, "x86-like ordering hides the bug")
+        self.assertEqual(t.failed, 0, "x86-like ordering hides the bug\n" + t.why())
 
     def test_starter_passes_under_5_2_semantics(self):
         t = self.tally("starter", ["mmiosim.locking=5.2"])
-        self.assertEqual(t.failed, 0, "spin_unlock() orders the doorbell under 5.2")
+        self.assertEqual(t.failed, 0,
+                         "spin_unlock() orders the doorbell under 5.2\n" + t.why())
 
     def test_solutions_pass(self):
         for name in ("mmiowb", "readback"):
             with self.subTest(solution=name):
                 t = self.tally(f"solution:{name}")
-                self.assertEqual(t.failed, 0)
+                self.assertEqual(t.failed, 0, t.why())
 
     def test_wrong_fixes_fail(self):
         for name in FIXTURES:

@@ -70,7 +70,7 @@ class LabClaims:
             if v.startswith("solution:"):
                 with self.subTest(solution=v):
                     for t in self.tally(v).values():
-                        self.assertEqual(t.failed, 0, f"{v} {t.test}")
+                        self.assertEqual(t.failed, 0, f"{v} {t.test}\n{t.why()}")
 
     def test_wrong_fixes_fail(self):
         need_guest(self)
@@ -96,7 +96,8 @@ class LabClaims:
             results = {r.submission_id: r for r in grade_batch(self.spec, entries, opts, jobs=1,
                                                                 progress=report)}
         self.assertEqual(results["solution"].score, self.spec.max_score,
-                         [(t.name, t.status) for t in results["solution"].tests])
+                         "\n".join(f"{t.name}: {t.status}\n{t.output}"
+                                   for t in results["solution"].tests if t.status != "passed"))
         failed = {t.name for t in results["starter"].failed}
         self.assertEqual(failed, {t.name for t in self.spec.per_seed_tests})
 

@@ -27,6 +27,12 @@ class Tally:
     first_failure: list[int]      # per failing run: submissions (or cycles) until the first failure
     throughput: list[float]
     seconds: float
+    failures: dict[int, list[str]]  # per failing seed: its diagnostics, to say why
+
+    def why(self) -> str:
+        """The failing seeds' diagnostics, for an assertion message."""
+        return "\n".join(f"seed {s}: " + ("; ".join(d) or "no result")
+                         for s, d in sorted(self.failures.items()))
 
     @property
     def median_first_failure(self) -> float | None:
@@ -81,11 +87,12 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
     for graded in spec.per_seed_tests:
         test = parsed.root.find(graded.name)
         runs = {t.name: t for t in (test.subtests if test else [])}
-        failed, first, thr = 0, [], []
+        failed, first, thr, why = 0, [], [], {}
         for s in seeds:
             t = runs.get(f"seed_{s}")
             if t is None or not t.status.ok:
                 failed += 1
+                why[s] = t.diagnostics() if t is not None else []
             if t is not None:
                 vals = t.values()
                 if "first_failure_at" in vals:
@@ -93,5 +100,5 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
                 if "throughput_cps" in vals:
                     thr.append(float(vals["throughput_cps"]))
         tallies[graded.name] = Tally(variant, graded.name, len(seeds), failed, first, thr,
-                                     run.result.seconds)
+                                     run.result.seconds, why)
     return tallies

@@ -257,6 +257,10 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     rc = proc.wait()
     th.join(timeout=5)
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    if proc.stdout and not th.is_alive():    # the reader is done with it
+        proc.stdout.close()
     seconds = time.monotonic() - t0
     console = buf.decode(errors="replace")
     if stderr.strip():
