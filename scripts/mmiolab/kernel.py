@@ -65,9 +65,11 @@ def series(patch_dir: str = PATCHES) -> list[str]:
 
 
 def _digest(paths: list[str], extra: str = "") -> str:
+    """Of the files' names and contents, not their folders: a kit that moves (or
+    a student handout unpacked elsewhere) keeps using the kernel it built."""
     h = hashlib.sha256(extra.encode())
     for p in paths:
-        h.update(p.encode())
+        h.update(os.path.basename(p).encode())
         with open(p, "rb") as f:
             h.update(f.read())
     return h.hexdigest()
