@@ -6,7 +6,8 @@ PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
-.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats clean help
+.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
+	clean help full-kit
 
 all: kernel initramfs
 
@@ -14,11 +15,11 @@ help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 ## make demo        install what is missing, build everything, boot the lab VM, show the kit
-demo: deps
+demo: full-kit deps
 	@$(PY) scripts/demo
 
 ## make check       the whole test suite (last line: N passed, N failed)
-check: kernel kernel-debug initramfs
+check: full-kit kernel kernel-debug initramfs
 	@$(PY) tests/run
 
 ## make deps        install missing Debian packages
@@ -58,10 +59,20 @@ bisect:
 	@$(KIT) bisect
 
 ## make docs        render the HTML docs into build/docs/html
-docs:
+docs: full-kit
 	@MMIOLAB_DEBUG= $(KIT) kernel
 	@$(SPHINX) -b html -d build/docs/doctrees -c . Documentation build/docs/html
 	@echo "mmiolab: docs: file://$(CURDIR)/build/docs/html/index.html"
+
+## make handout     each lab's student handout (no solutions) into build/handout
+handout: full-kit
+	@$(PY) scripts/handout
+
+# A student handout (scripts/handout) has no solutions, tests or doc sources.
+full-kit:
+	@if [ -f HANDOUT.md ]; then \
+		echo "mmiolab: this is a student handout: see HANDOUT.md (make vm; make -C labs/LAB check)" >&2; \
+		exit 2; fi
 
 ## make clean       remove build/ (generated files only)
 clean:

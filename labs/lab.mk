@@ -5,7 +5,7 @@
 #   make check SUBMISSION=my.c       grades another file
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 SUBMISSION ?= starter/$(FILE)
-OUT := $(ROOT)/build/selfcheck/$(LAB)
+OUT := $(or $(MMIOLAB_BUILD),$(ROOT)/build)/selfcheck/$(LAB)
 
 .PHONY: check
 check:

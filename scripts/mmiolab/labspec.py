@@ -111,6 +111,7 @@ class LabSpec:
     fabric: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     fixture_base: str = ""
+    symbols_from: str = ""          # the lab whose allow-list this one borrows
 
     @property
     def dir(self) -> str:
@@ -226,6 +227,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     for i, s in enumerate(symbols):
         if not _SYMBOL.match(s):
             v.fail(f"symbols[{i}]", f"{s!r} is not a symbol name or glob")
+    other = ""
     if "symbols_from" in data:
         other = v.string(data, "symbols_from", _LAB_NAME, "a lab name")
         other_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))),
@@ -248,7 +250,8 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     tests = _tests(v, data["tests"])
     return LabSpec(name=name, title=title, module=module, files=tuple(files),
                    symbols=frozenset(symbols), default_seeds=tuple(seeds), tests=tests,
-                   limits=limits, fabric=fabric, path=path, fixture_base=fixture_base)
+                   limits=limits, fabric=fabric, path=path, fixture_base=fixture_base,
+                   symbols_from=other)
 
 
 class _Validator:

@@ -1,0 +1,149 @@
+"""scripts/handout: each lab's student kit holds what a student needs and none
+of the answers, and it really grades a driver when unpacked elsewhere."""
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+from mmiolab import BUILD, ROOT
+from mmiolab.handout import pack
+from mmiolab.labspec import lab_names, load_lab
+from vmtest import need_guest, report
+
+PY = "/usr/bin/python3"
+
+
+def _added_lines(spec, solution: str) -> set[str]:
+    """Code lines a reference solution has and its starter lacks: the answer."""
+    main = spec.files[0]
+    with open(os.path.join(spec.dir, "starter", main)) as f:
+        starter = {line.strip() for line in f}
+    with open(os.path.join(spec.dir, "solutions", solution, main)) as f:
+        return {line.strip() for line in f
+                if len(line.strip()) > 8 and line.strip() not in starter}
+
+
+class HandoutTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(dir=BUILD)
+        cls.out = os.path.join(cls.tmp.name, "handout")
+        res = subprocess.run([PY, os.path.join(ROOT, "scripts", "handout"), "--out", cls.out],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        cls.res = res
+        cls.tars = {}
+        if res.returncode == 0:
+            for name in lab_names():
+                with tarfile.open(os.path.join(cls.out, f"mmiolab-{name}.tar.gz")) as tar:
+                    cls.tars[name] = {m.name: tar.extractfile(m).read() for m in tar.getmembers()
+                                      if m.isfile()}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.assertEqual(self.res.returncode, 0, self.res.stdout + self.res.stderr)
+
+    def test_every_lab_has_a_handout_with_what_a_student_needs(self):
+        for name in lab_names():
+            spec = load_lab(name)
+            top = f"mmiolab-{name}/"
+            files = self.tars[name]
+            for need in ("HANDOUT.md", "Makefile", "README.md", "scripts/grade", "vm/kernel.config",
+                         "patches/series", "labs/lab.mk", f"labs/{name}/Makefile",
+                         f"labs/{name}/README.rst", f"labs/{name}/lab.toml",
+                         f"labs/{name}/starter/{spec.files[0]}", f"labs/{name}/tests/harness.sh",
+                         "docs/index.html", f"docs/labs/{name}.html"):
+                self.assertIn(top + need, files, f"{name}: {need} missing")
+            self.assertTrue(all(n.startswith(top) for n in files), name)
+
+    def test_no_answers_in_any_handout(self):
+        for name in lab_names():
+            spec = load_lab(name)
+            files = self.tars[name]
+            for member in files:
+                parts = member.split("/")
+                self.assertFalse({"solutions", "fixtures", "tests", "Documentation"} & set(parts[1:2]),
+                                 member)
+                self.assertNotIn("solutions", parts[3:], member)
+                self.assertNotIn("fixtures", parts[3:], member)
+            answers = set()
+            for sol in os.listdir(os.path.join(spec.dir, "solutions")):
+                answers |= _added_lines(spec, sol)
+            self.assertTrue(answers, name)
+            for member, data in files.items():
+                if f"/labs/{name}/" in member:
+                    text = data.decode(errors="replace")
+                    leaked = [a for a in answers if a in text]
+                    self.assertEqual(leaked, [], f"{member} gives the answer away")
+            page = files[f"mmiolab-{name}/docs/labs/{name}.html"].decode()
+            self.assertIn("instructor edition", page)
+            self.assertNotIn(".patch", page, f"{name}: a wrong-fix fixture in the student page")
+            self.assertNotIn("solutions/", page)
+
+    def test_lab_toml_keeps_its_data_not_its_notes(self):
+        """The opening comment explains the fix; the grading data must not change."""
+        import tomllib
+        for name in lab_names():
+            packed = self.tars[name][f"mmiolab-{name}/labs/{name}/lab.toml"].decode()
+            with open(os.path.join(ROOT, "labs", name, "lab.toml")) as f:
+                kit = f.read()
+            self.assertEqual(tomllib.loads(packed), tomllib.loads(kit), name)
+            self.assertNotIn(kit.split("\n\n")[0], packed, name)
+
+    def test_instructor_edition_still_has_the_answers(self):
+        """The same page, built without -t student (test_docs builds it), keeps them."""
+        for name in lab_names():
+            with open(os.path.join(ROOT, "Documentation", "labs", f"{name}.rst")) as f:
+                self.assertIn(".. only:: instructor", f.read(), name)
+
+    def test_shared_files_are_packed_as_files(self):
+        """modern borrows doorbell's test program and header (symlinks in the kit)."""
+        files = self.tars["modern"]
+        with open(os.path.join(ROOT, "labs", "doorbell", "tests", "ringtest.c"), "rb") as f:
+            self.assertEqual(files["mmiolab-modern/labs/modern/tests/ringtest.c"], f.read())
+        self.assertIn("mmiolab-modern/labs/doorbell/lab.toml", files)   # symbols_from
+
+    def test_same_kit_packs_to_the_same_bytes(self):
+        spec = load_lab("doorbell")
+        site = os.path.join(self.out, "site")
+        a = pack(spec, site, os.path.join(self.tmp.name, "a"))
+        b = pack(spec, site, os.path.join(self.tmp.name, "b"))
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            self.assertEqual(fa.read(), fb.read())
+        self.assertFalse(os.path.exists(a + ".part"))
+
+    def test_unpacked_handout_grades_the_starter(self):
+        """A student's kit, unpacked elsewhere, self-checks the starter with the
+        kernel already built (same patches: no rebuild) and fails its race test;
+        the full-kit targets say what this is instead of failing obscurely."""
+        need_guest(self)
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            with tarfile.open(os.path.join(self.out, "mmiolab-doorbell.tar.gz")) as tar:
+                tar.extractall(tmp, filter="data") if sys.version_info >= (3, 12) \
+                    else tar.extractall(tmp)
+            kit = os.path.join(tmp, "mmiolab-doorbell")
+            env = {**os.environ, "MMIOLAB_BUILD": BUILD}
+            res = subprocess.run(["make", "-s", "demo"], cwd=kit, env=env, capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL)
+            self.assertEqual(res.returncode, 2, res.stdout + res.stderr)
+            self.assertIn("student handout", res.stderr)
+            res = subprocess.run(["make", "-s", "-C", "labs/doorbell", "check"], cwd=kit, env=env,
+                                 capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                 timeout=600)
+            out = res.stdout + res.stderr
+            self.assertNotIn("kernel: build", out, "the unpacked kit rebuilt the kernel")
+            self.assertRegex(out, r"(?m)^  failed +race ", out[-3000:])
+            score = re.search(r"(?m)^mmiolab doorbell: ringdrv: ([\d.]+)/([\d.]+)$", out)
+            self.assertIsNotNone(score, out[-3000:])
+            self.assertLess(float(score.group(1)), float(score.group(2)))
+            report(f"handout self-check of the starter: {score.group(0)}")
+
+
+if __name__ == "__main__":
+    unittest.main()
