@@ -138,7 +138,7 @@ class HandoutTest(unittest.TestCase):
                                  timeout=600)
             out = res.stdout + res.stderr
             self.assertNotIn("kernel: build", out, "the unpacked kit rebuilt the kernel")
-            self.assertRegex(out, r"(?m)^  failed +race ", out[-3000:])
+            self.assertRegex(out, r"(?m)^  FAILED +race ", out[-3000:])
             score = re.search(r"(?m)^mmiolab doorbell: ringdrv: ([\d.]+)/([\d.]+)$", out)
             self.assertIsNotNone(score, out[-3000:])
             self.assertLess(float(score.group(1)), float(score.group(2)))
