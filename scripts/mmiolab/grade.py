@@ -58,7 +58,8 @@ def _replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
     rep = report.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
                         semantics=params.pop("locking", str(spec.fabric.get("semantics", ""))),
                         params={k: v for k, v in params.items()
-                                if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns")})
+                                if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns",
+                                         "stall_ns", "stall_ppm")})
     # Seeds that passed every per-seed test; the first seed any of them failed.
     per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
     per_seed = [t for t in per_seed if t is not None and t.subtests]

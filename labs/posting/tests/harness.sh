@@ -41,7 +41,7 @@ fi
 set -- $SEEDS
 echo "seed=$1" > $params
 lsmod | grep -q '^postdrv ' || load
-/job/posttest -k 2 -N complete -n 20 -w 5000 -s "$1" -p "$NONCE" > "$ch"
+/job/posttest -k 2 -N complete -n 20 -w slowest -s "$1" -p "$NONCE" > "$ch"
 unload
 
 say "  KTAP version 1"

@@ -9,8 +9,9 @@
  * driver under test; the driver's own late_irqs count must agree.
  *
  * Prints one KTAP test result, each line prefixed with the run's nonce:
- *   posttest -k NUMBER -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US]
- *            [-i INDENT]
+ *   posttest -k NUMBER -N NAME -n CYCLES -p NONCE [-s SEED]
+ *            [-w WAIT_US|slowest] [-i INDENT]
+ * "-w slowest" waits as long as the fabric's slowest write can take.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,7 +28,8 @@
 
 #include "postdrv_ioctl.h"
 
-#define SETTLE_US	2000	/* far longer than the fabric's slowest write */
+#define PARAMS		"/sys/kernel/debug/mmiosim/params"
+#define SETTLE_MARGIN_US	1000	/* interrupt delivery, scheduling */
 
 static const char *nonce = "";
 static int indent;
@@ -75,6 +77,42 @@ static long long card_irqs(void)
 	return sum;
 }
 
+/*
+ * How long after STOP a late interrupt can still come: the fabric's slowest
+ * write (the farthest route, all the jitter, a stall, the bridge) plus a
+ * margin. Read from the fabric itself, so the test follows the lab's settings.
+ */
+static long settle_us(void)
+{
+	unsigned long long route = 0, jitter = 0, bridge = 0, stall = 0, v;
+	char buf[512], *tok, *save, *p, *end;
+	FILE *f = fopen(PARAMS, "r");
+
+	if (!f || !fgets(buf, sizeof(buf), f)) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+		if (!strncmp(tok, "route_ns=", 9)) {
+			for (p = tok + 9; *p; p = end + (*end == ',')) {
+				v = strtoull(p, &end, 10);
+				if (end == p)
+					break;
+				route = v > route ? v : route;
+			}
+		} else if (!strncmp(tok, "jitter_ns=", 10)) {
+			jitter = strtoull(tok + 10, NULL, 10);
+		} else if (!strncmp(tok, "bridge_ns=", 10)) {
+			bridge = strtoull(tok + 10, NULL, 10);
+		} else if (!strncmp(tok, "stall_ns=", 9)) {
+			stall = strtoull(tok + 9, NULL, 10);
+		}
+	}
+	return (long)((route + jitter + bridge + stall) / 1000) + SETTLE_MARGIN_US;
+}
+
 int main(int argc, char **argv)
 {
 	struct postdrv_cmd cmds[POSTDRV_BATCH_MAX];
@@ -84,6 +122,7 @@ int main(int argc, char **argv)
 	int number = 1, cycles = 200, wait_us = 0, opt, fd, i, k, n;
 	long long irqs_after = 0, lost = 0, bad = 0, errors = 0, first = -1;
 	long long a, b, late_seen = 0;
+	long settle;
 	const char *name = "teardown";
 	uint64_t seed = 1, x;
 	struct timespec t0, t1;
@@ -97,16 +136,23 @@ int main(int argc, char **argv)
 		case 'n': cycles = atoi(optarg); break;
 		case 'p': nonce = optarg; break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
-		case 'w': wait_us = atoi(optarg); break;
+		case 'w': wait_us = strcmp(optarg, "slowest") ? atoi(optarg) : -1; break;
 		case 'i': indent = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US] [-i INDENT]\n");
+			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US|slowest] [-i INDENT]\n");
 			return 2;
 		}
 	}
 	CPU_ZERO(&set);
 	CPU_SET(0, &set);
 	sched_setaffinity(0, sizeof(set), &set);
+	settle = settle_us();
+	if (settle < 0) {
+		out("not ok %d %s # cannot read the fabric's parameters (%s)", number, name, PARAMS);
+		return 1;
+	}
+	if (wait_us < 0)
+		wait_us = settle;	/* -w slowest: nothing can still be in flight */
 	fd = open("/dev/postdrv", O_RDWR);
 	if (fd < 0 || card_irqs() < 0 || ioctl(fd, POSTDRV_STATS, &st0)) {
 		out("not ok %d %s # cannot use /dev/postdrv or find the card's interrupt: %s",
@@ -142,7 +188,7 @@ int main(int argc, char **argv)
 			goto next;
 		}
 		a = card_irqs();
-		usleep(SETTLE_US);
+		usleep(settle);
 		b = card_irqs();
 		if (b != a) {
 			irqs_after += b - a;
@@ -171,7 +217,7 @@ next:
 	out("# %s: seed=%llu cycles=%d wait_us=%d irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
 	    name, (unsigned long long)seed, first < 0 ? cycles : (int)first, wait_us,
 	    irqs_after, late_seen, lost, bad, errors);
-	out("# %s: seconds=%.2f", name, secs);
+	out("# %s: seconds=%.2f settle_us=%ld", name, secs, settle);
 	if (first >= 0)
 		out("# %s: first_failure_at=%lld", name, first);
 	out("%sok %d %s", first < 0 ? "" : "not ", number, name);
