@@ -61,6 +61,8 @@ class HandoutTest(unittest.TestCase):
                          "docs/index.html", f"docs/labs/{name}.html"):
                 self.assertIn(top + need, files, f"{name}: {need} missing")
             self.assertTrue(all(n.startswith(top) for n in files), name)
+            for tool in ("scripts/labstats", "scripts/handout", "scripts/mmiolab/labtest.py"):
+                self.assertNotIn(top + tool, files, f"{name}: {tool} runs the solutions")
 
     def test_no_answers_in_any_handout(self):
         for name in lab_names():

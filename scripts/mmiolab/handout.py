@@ -4,6 +4,7 @@ A handout is one tarball per lab, mmiolab-LAB.tar.gz, holding what a student
 needs to build the lab VM, break and fix the driver and self-check it:
 
   Makefile, README.md, scripts/, vm/, patches/   the kit, to build the VM and grade
+                                               (not the instructor's tools)
   labs/lab.mk, labs/LAB/                       the lab, without solutions/ and fixtures/
   labs/OTHER/lab.toml                          a lab whose allow-list LAB borrows
   docs/                                        the student edition of the HTML pages
@@ -34,6 +35,9 @@ KIT_DIRS = ("scripts", "vm", "patches")
 KIT_FILES = ("Makefile", "README.md", os.path.join("labs", "lab.mk"))
 # Never in a handout, wherever they appear in a lab.
 SECRET_DIRS = ("solutions", "fixtures")
+# Instructor tools: they run the solutions and fixtures, or pack handouts.
+INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scripts/trace-timeline",
+                    "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py")
 
 HANDOUT_MD = """\
 # mmiolab: lab "{name}"
@@ -85,6 +89,8 @@ def members(spec: LabSpec, files: list[str]) -> list[str]:
     keep = []
     for path in files:
         parts = path.split(os.sep)
+        if path in INSTRUCTOR_TOOLS:
+            continue
         if path in KIT_FILES or path in borrowed or parts[0] in KIT_DIRS:
             keep.append(path)
         elif path.startswith(lab) and not set(parts[2:-1]) & set(SECRET_DIRS):
