@@ -17,7 +17,7 @@ from mmiolab import BUILD, kernel
 from mmiolab.grade import GradeOptions, grade_batch
 from mmiolab.labspec import LABS_DIR, lab_names, load_lab
 from mmiolab.labtest import run_variant, variant_source, variants
-from vmtest import need_guest, report
+from vmtest import fixture_floor, need_guest, report
 
 SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "5")) + 1))
 
@@ -78,8 +78,7 @@ class LabClaims:
             if v.startswith("fixture:"):
                 with self.subTest(fixture=v):
                     worst = max(t.failed for t in self.tally(v).values())
-                    # At least 95 in 100: with SEEDS seeds, allow the same share.
-                    self.assertGreaterEqual(worst, len(SEEDS) - len(SEEDS) * 5 // 100)
+                    self.assertGreaterEqual(worst, fixture_floor(len(SEEDS)))
 
     def test_grader_scores_starter_and_solution(self):
         need_guest(self)
