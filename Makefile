@@ -49,7 +49,7 @@ bench: kernel initramfs
 ## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n);
 ##                  the table goes to build/labstats.txt too
 LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
-labstats: kernel initramfs
+labstats: full-kit kernel initramfs
 	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
 		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) || exit 1; \
 	done | tee build/labstats.txt
