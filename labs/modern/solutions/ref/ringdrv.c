@@ -161,10 +161,11 @@ static int ringdrv_ring_mutex(struct ringdrv *rd, struct ringdrv_req *req, u64 p
 
 	writel(tail, rd->regs + MMIOSIM_RING_DOORBELL);
 	/*
-	 * mutex_unlock() orders no MMIO (the 5.2 rule is for spinlocks only;
-	 * CVE-2024-35818): keep this doorbell ahead of the next holder's.
+	 * mutex_unlock() orders no MMIO: the 5.2 rule covers spinlocks only
+	 * (CVE-2024-35818). A read of the card cannot pass the doorbell, so
+	 * once it returns the doorbell has arrived, before the next holder's.
 	 */
-	mmiowb();
+	readl(rd->regs + MMIOSIM_RING_CONSUMER);
 out:
 	mutex_unlock(&rd->submit);
 	return ret;
