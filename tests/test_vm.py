@@ -49,6 +49,22 @@ class VMTest(unittest.TestCase):
         self.assertEqual(res.status, "flood", res.describe())
         self.assertLessEqual(len(res.console.encode()), 64 << 10)
 
+    def test_done_marker_decides_that_the_run_ended(self):
+        """A grading run ends on the harness's end line, not on the guest's exit path
+        (which a driver can reach: isa-debug-exit, reboot, power-off)."""
+        marker = "0123456789abcdef # mmiolab harness: end"
+        res = vm.run(f"echo '{marker}' > /dev/ttyS1; sleep 100",
+                     cfg=vm.VMConfig(timeout=60, done_marker=marker),
+                     log_dir=log_dir("vm-done"))
+        self.assertEqual((res.status, res.exit_code), ("exited", 0), res.describe())
+        self.assertLess(res.seconds, 30, "the host stops the guest once the harness is done")
+        # The guest reports status 0 through isa-debug-exit, but no end line came.
+        for cmd in ("echo '0123456789abcdef # mmiolab harness: endX' > /dev/ttyS1; exit 0",
+                    "exit-qemu 0", "echo b > /proc/sysrq-trigger"):
+            res = vm.run(cmd, cfg=vm.VMConfig(timeout=60, done_marker=marker),
+                         log_dir=log_dir("vm-done"))
+            self.assertEqual(res.status, "unfinished", (cmd, res.describe()))
+
     def test_harness_channel_is_separate(self):
         res = vm.run("echo on-the-channel > /dev/ttyS1; echo on-the-console",
                      cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-channel"))

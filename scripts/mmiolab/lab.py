@@ -5,20 +5,31 @@ tests/: the guest harness (harness.sh) and the guest test programs (*.c,
 built static). A run boots a fresh guest with the driver, the programs and
 the harness in the initramfs overlay; the harness writes its KTAP to the
 harness channel, each line prefixed with a per-run nonce.
+
+The harness protocol, which every lab's harness.sh follows:
+- the nonce is in /job/nonce, never on the kernel command line, in the job
+  script or in an environment; the harness reads it into an unexported shell
+  variable and deletes the file before it loads the driver, and its test
+  programs print plain KTAP that the harness tags, so neither insmod nor a
+  test program (the processes a driver runs in) holds it;
+- the run is over when the harness prints END_LINE (tagged) on its channel,
+  and only then (vm.VMConfig.done_marker): not when the guest stops.
+A driver runs in ring 0 and can still find the nonce in the harness shell's
+memory; Documentation/instructor/threat-model.rst says what that takes.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, kernel, vm
+from . import BUILD, ROOT, kernel, ktap, vm
 from .initramfs import compile_programs
 
 LABS = os.path.join(ROOT, "labs")
+END_LINE = "# mmiolab harness: end"
 
 
 class BuildFailed(Exception):
@@ -106,17 +117,20 @@ def guest_programs(lab: Lab) -> dict[str, str]:
 
 
 def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
-              append: list[str] | None = None, timeout: float = 90) -> Run:
+              append: list[str] | None = None, timeout: float = 90,
+              console_cap: int = vm.VMConfig.console_cap) -> Run:
     """Boot a guest and run the lab's harness on the driver, once per seed."""
-    nonce = secrets.token_hex(8)
+    nonce = ktap.make_nonce()
     files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
-                                     "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh")}
+                                     "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh"),
+                                     "/job/nonce": f"{nonce}\n".encode()}
     for name, path in guest_programs(lab).items():
         files[f"/job/{name}"] = path
     append = list(append or [])
-    seed_list = " ".join(str(s) for s in seeds)
-    command = f"NONCE={nonce} SEEDS='{seed_list}' CMDS={cmds} sh /job/harness.sh"
-    cfg = vm.VMConfig(append=append, timeout=timeout)
+    seed_list = " ".join(str(int(s)) for s in seeds)
+    command = f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh"
+    cfg = vm.VMConfig(append=append, timeout=timeout, console_cap=console_cap,
+                      done_marker=f"{nonce} {END_LINE}")
     res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
         # The guest died before the harness started: nothing of the

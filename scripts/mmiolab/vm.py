@@ -3,9 +3,15 @@
 A batch run boots the patched kernel with the base initramfs plus a per-run
 overlay (the job script and its files), waits for the guest's exit status
 (isa-debug-exit), and classifies the outcome: exited, panic, hang, flood,
-no-status (the guest went down without reporting) or qemu-error. The serial
-console is kept in a log; a second serial port (/dev/ttyS1 in the guest) is
-the harness channel, kept apart from kernel messages.
+no-status (the guest went down without reporting), unfinished or qemu-error.
+The serial console is kept in a log; a second serial port (/dev/ttyS1 in the
+guest) is the harness channel, kept apart from kernel messages.
+
+A grading run names a done marker (VMConfig.done_marker): the harness's own
+end line on the channel, carrying the run's nonce. Then the run is "exited"
+only once that line has arrived, and the host stops the guest itself; a guest
+that goes down any other way (isa-debug-exit, a reboot, a power-off: all
+within reach of a driver) is "unfinished", whatever status it reported.
 """
 
 from __future__ import annotations
@@ -47,11 +53,12 @@ class VMConfig:
     timeout: float = 120.0
     accel: str = os.environ.get("MMIOLAB_ACCEL", "auto")   # auto | kvm | tcg
     console_cap: int = 4 << 20
+    done_marker: str = ""         # a channel line that ends the run (grading)
 
 
 @dataclass
 class RunResult:
-    status: str                 # exited | panic | hang | flood | no-status | qemu-error
+    status: str                 # exited | panic | hang | flood | no-status | unfinished | qemu-error
     exit_code: int | None       # the guest command's exit status, when it exited
     console: str
     channel: str
@@ -71,9 +78,10 @@ class RunResult:
             "hang": "the guest did not finish in time and was killed (hang)",
             "flood": "the guest flooded the console and was stopped",
             "no-status": "the guest went down without reporting a status",
+            "unfinished": "the guest went down before the harness said it had finished",
             "qemu-error": "QEMU failed to start",
         }[self.status]
-        return f"{what} [{self.accel}, {self.seconds:.1f}s, log {self.log}]"
+        return f"{what} [{self.accel}, {self.seconds:.1f}s]"
 
 
 _KVM_IOCTLS = r"""
@@ -201,6 +209,9 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     channel_path = os.path.join(log_dir, "channel.log")
     console_path = os.path.join(log_dir, "console.log")
     cmd = qemu_command(cfg, accel, initrd, append)
+    for stale in (channel_path, console_path):      # a log folder may be reused
+        if os.path.lexists(stale):
+            os.unlink(stale)
     monitor = os.environ.get("MMIOLAB_QEMU_MONITOR")   # debugging: a QMP/HMP socket
     if monitor:
         cmd += ["-monitor", f"unix:{monitor},server,nowait"]
@@ -242,8 +253,17 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     th.start()
     deadline = t0 + cfg.timeout
     status = None
+    done = _MarkerWatch(channel_path, cfg.done_marker)
     while proc.poll() is None:
         now = time.monotonic()
+        if done.seen():
+            # The harness has finished: the run is over whatever the guest
+            # does next. Its own exit path usually ends QEMU at once.
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            break
         if now > deadline:
             status = "hang"
         elif state["panic_at"] is not None and now - state["panic_at"] > 5:
@@ -272,6 +292,11 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
             status = "flood"
         elif PANIC_MARK in console:
             status = "panic"
+        elif cfg.done_marker:
+            if done.seen():
+                status, exit_code = "exited", 0
+            else:
+                status = "unfinished"
         elif rc & 1 and f"mmiolab: exit status {rc >> 1}" in console:
             # isa-debug-exit: QEMU exits (status << 1) | 1; /init printed it too,
             # which tells a reported status from QEMU's own exit code 1 or 3.
@@ -287,6 +312,36 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
             channel = f.read(cfg.console_cap).decode(errors="replace")
     return RunResult(status, exit_code, console, channel, seconds, state["boot"], accel,
                      console_path)
+
+
+class _MarkerWatch:
+    """Whether a file (the harness channel) has a line exactly equal to marker;
+    reads only what is new at each call."""
+
+    def __init__(self, path: str, marker: str):
+        self.path = path
+        self.marker = marker.encode()
+        self.pos = 0
+        self.partial = b""
+        self.found = False
+
+    def seen(self) -> bool:
+        if not self.marker or self.found:
+            return self.found
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(1 << 20)
+        except OSError:
+            return False
+        self.pos += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        self.found = any(line.rstrip(b"\r") == self.marker for line in lines)
+        if len(self.partial) > 4 * len(self.marker):
+            # a line this long is not the marker: keep it so, but not in memory
+            self.partial = b"\0" * (4 * len(self.marker))
+        return self.found
 
 
 def interactive(cfg: VMConfig | None = None) -> int:

@@ -7,9 +7,10 @@
  * the simulator, not by the driver under test) must show no stale doorbell,
  * no stale descriptor and exactly one execution per command.
  *
- * Prints one KTAP test result, each line prefixed with the run's nonce and
- * indented by INDENT spaces; appends "reads mmiowbs commands" to COSTFILE:
- *   ringtest -k NUMBER -N NAME -t THREADS -n PER_THREAD -p NONCE [-s SEED]
+ * Prints one KTAP test result on stdout, indented by INDENT spaces (the
+ * harness adds the run's nonce; this program never sees it: a driver could
+ * read it from here); appends "reads mmiowbs commands" to COSTFILE:
+ *   ringtest -k NUMBER -N NAME -t THREADS -n PER_THREAD [-s SEED]
  *            [-i INDENT] [-c COSTFILE] [-m PATH]
  * PATH selects the driver's submit path (RINGDRV_PATH_*, modern lab).
  */
@@ -31,7 +32,6 @@
 
 #define BATCH		16	/* commands per submission: keeps the lock contended */
 
-static const char *nonce = "";
 static int indent;
 static int fd;
 static int per_thread = 1000;
@@ -53,7 +53,7 @@ static void out(const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("%s %*s", nonce, indent, "");
+	printf("%*s", indent, "");
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -182,19 +182,18 @@ int main(int argc, char **argv)
 	double secs;
 	int pass;
 
-	while ((opt = getopt(argc, argv, "k:N:t:n:p:s:i:c:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "k:N:t:n:s:i:c:m:")) != -1) {
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
 		case 't': threads = atoi(optarg); break;
 		case 'n': per_thread = atoi(optarg); break;
-		case 'p': nonce = optarg; break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'i': indent = atoi(optarg); break;
 		case 'c': costfile = optarg; break;
 		case 'm': submit_path = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS -p NONCE [-s SEED] [-i INDENT] [-c COSTFILE] [-m PATH]\n");
+			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS [-s SEED] [-i INDENT] [-c COSTFILE] [-m PATH]\n");
 			return 2;
 		}
 	}

@@ -1,12 +1,23 @@
 #!/bin/sh
-# The modern lab's test plan, run in the guest as root. Result lines go to
-# the harness channel (/dev/ttyS1), each prefixed with the run's nonce; the
-# host ignores everything else. Environment: NONCE, SEEDS (space-separated),
-# CMDS (commands per CPU in each race run).
+# The modern lab's test plan, run in the guest as root. Environment: SEEDS
+# (space-separated), CMDS (commands per CPU in each race run).
+#
+# Protocol (scripts/mmiolab/lab.py): the host trusts only lines on the harness
+# channel (/dev/ttyS1) that start with this run's nonce, and counts the run as
+# finished only when the nonce-marked end line arrives. The nonce is read from
+# /job/nonce into an unexported variable and the file is deleted before the
+# driver is loaded, so no child process (insmod, the test programs) has it in
+# its environment or argv; the test programs print plain KTAP and the harness
+# adds the nonce (tag).
 ch=/dev/ttyS1
-rm -f /job/run	# the nonce is for this script only
+read -r nonce < /job/nonce
+rm -f /job/nonce /job/run
 params=/sys/kernel/debug/mmiosim/params
-say() { echo "$NONCE $*" > "$ch"; }
+say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
+tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
+# Run a test program, then pass its output on, tagged; returns its status.
+check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
+trap 'say "# mmiolab harness: end"' EXIT
 load() { insmod /job/ringdrv.ko 2>/tmp/insmod.err; }
 unload() { rmmod ringdrv 2>/tmp/rmmod.err; }
 # KTAP number, test name and submit path (RINGDRV_PATH_* in ringdrv_ioctl.h)
@@ -58,7 +69,7 @@ k=0
 for p in $PATHS; do
 	split "$p"
 	k=$((k + 1))
-	/job/ringtest -k "$k" -N "$name" -t 1 -n 200 -s "$1" -m "$path" -p "$NONCE" -i 2 > "$ch" || single="not ok"
+	check /job/ringtest -k "$k" -N "$name" -t 1 -n 200 -s "$1" -m "$path" -i 2 || single="not ok"
 done
 say "$single 2 single_cpu"
 unload
@@ -79,7 +90,7 @@ for p in $PATHS; do
 			verdict="not ok"
 			continue
 		fi
-		/job/ringtest -k "$k" -N "seed_$seed" -n "$CMDS" -s "$seed" -m "$path" -p "$NONCE" -i 2 > "$ch" || verdict="not ok"
+		check /job/ringtest -k "$k" -N "seed_$seed" -n "$CMDS" -s "$seed" -m "$path" -i 2 || verdict="not ok"
 		unload || verdict="not ok"
 	done
 	say "$verdict $n $name"

@@ -1,13 +1,24 @@
 #!/bin/sh
-# The posting lab's test plan, run in the guest as root. Result lines go to
-# the harness channel (/dev/ttyS1), each prefixed with the run's nonce; the
-# host ignores everything else. Environment: NONCE, SEEDS (space-separated),
-# CYCLES (sessions per seed in the teardown test, default 200).
+# The posting lab's test plan, run in the guest as root. Environment: SEEDS
+# (space-separated), CYCLES (sessions per seed in the teardown test, default 200).
+#
+# Protocol (scripts/mmiolab/lab.py): the host trusts only lines on the harness
+# channel (/dev/ttyS1) that start with this run's nonce, and counts the run as
+# finished only when the nonce-marked end line arrives. The nonce is read from
+# /job/nonce into an unexported variable and the file is deleted before the
+# driver is loaded, so no child process (insmod, the test programs) has it in
+# its environment or argv; the test programs print plain KTAP and the harness
+# adds the nonce (tag).
 ch=/dev/ttyS1
-rm -f /job/run	# the nonce is for this script only
+read -r nonce < /job/nonce
+rm -f /job/nonce /job/run
 params=/sys/kernel/debug/mmiosim/params
 cycles=${CYCLES:-200}
-say() { echo "$NONCE $*" > "$ch"; }
+say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
+tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
+# Run a test program, then pass its output on, tagged; returns its status.
+check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
+trap 'say "# mmiolab harness: end"' EXIT
 load() { insmod /job/postdrv.ko 2>/tmp/insmod.err; }
 unload() { rmmod postdrv 2>/tmp/rmmod.err; }
 
@@ -41,7 +52,7 @@ fi
 set -- $SEEDS
 echo "seed=$1" > $params
 lsmod | grep -q '^postdrv ' || load
-/job/posttest -k 2 -N complete -n 20 -w slowest -s "$1" -p "$NONCE" > "$ch"
+check /job/posttest -k 2 -N complete -n 20 -w slowest -s "$1"
 unload
 
 say "  KTAP version 1"
@@ -57,7 +68,7 @@ for seed in $SEEDS; do
 		verdict="not ok"
 		continue
 	fi
-	/job/posttest -k "$k" -N "seed_$seed" -n "$cycles" -s "$seed" -p "$NONCE" -i 2 > "$ch" || verdict="not ok"
+	check /job/posttest -k "$k" -N "seed_$seed" -n "$cycles" -s "$seed" -i 2 || verdict="not ok"
 	unload || verdict="not ok"
 done
 say "$verdict 3 teardown"

@@ -8,9 +8,9 @@
  * from /proc/interrupts (the irq_sim line: the card's), not from the
  * driver under test; the driver's own late_irqs count must agree.
  *
- * Prints one KTAP test result, each line prefixed with the run's nonce:
- *   posttest -k NUMBER -N NAME -n CYCLES -p NONCE [-s SEED]
- *            [-w WAIT_US|slowest] [-i INDENT]
+ * Prints one KTAP test result on stdout; the harness adds the run's nonce
+ * (this program never sees it: a driver could read it from here):
+ *   posttest -k NUMBER -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT]
  * "-w slowest" waits as long as the fabric's slowest write can take.
  */
 #define _GNU_SOURCE
@@ -31,14 +31,13 @@
 #define PARAMS		"/sys/kernel/debug/mmiosim/params"
 #define SETTLE_MARGIN_US	1000	/* interrupt delivery, scheduling */
 
-static const char *nonce = "";
 static int indent;
 
 static void out(const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("%s %*s", nonce, indent, "");
+	printf("%*s", indent, "");
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -129,17 +128,16 @@ int main(int argc, char **argv)
 	cpu_set_t set;
 	double secs;
 
-	while ((opt = getopt(argc, argv, "k:N:n:p:s:w:i:")) != -1) {
+	while ((opt = getopt(argc, argv, "k:N:n:s:w:i:")) != -1) {
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
 		case 'n': cycles = atoi(optarg); break;
-		case 'p': nonce = optarg; break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'w': wait_us = strcmp(optarg, "slowest") ? atoi(optarg) : -1; break;
 		case 'i': indent = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES -p NONCE [-s SEED] [-w WAIT_US|slowest] [-i INDENT]\n");
+			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT]\n");
 			return 2;
 		}
 	}
