@@ -88,6 +88,22 @@ class HandoutTest(unittest.TestCase):
             self.assertNotIn(".patch", page, f"{name}: a wrong-fix fixture in the student page")
             self.assertNotIn("solutions/", page)
 
+    def test_student_pages_point_to_no_tool_left_out(self):
+        """The handout's pages and lab handout never send a student to a tool
+        the handout leaves out (the instructor's guide may name them)."""
+        left_out = ("trace-timeline", "scripts/labstats", "make demo", "scripts/demo")
+        for name in lab_names():
+            for member, data in self.tars[name].items():
+                rel = member.split("/", 1)[1]
+                if not (rel.startswith("docs/") and rel.endswith(".html")
+                        or rel == f"labs/{name}/README.rst"):
+                    continue
+                if rel.startswith(("docs/instructor/", "docs/_sources/", "docs/search")):
+                    continue
+                text = data.decode(errors="replace")
+                named = [t for t in left_out if t in text]
+                self.assertEqual(named, [], f"{member} points to a tool the handout leaves out")
+
     def test_lab_toml_keeps_its_data_not_its_notes(self):
         """The opening comment explains the fix; the grading data must not change."""
         import tomllib
