@@ -129,19 +129,6 @@ class GradeTest(unittest.TestCase):
         self.assertEqual(again.stdout.count("already graded"), len(CLASS) + 1, again.stdout)
 
 
-class HermeticTest(unittest.TestCase):
-    def test_builds_have_no_network(self):
-        from mmiolab.lab import sandbox
-        prefix = sandbox()
-        self.assertTrue(prefix, "no way to cut builds off the network on this machine")
-        probe = ("import socket\ns = socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\n"
-                 "except OSError as e:\n print(e.errno)")
-        res = subprocess.run(prefix + ["/usr/bin/python3", "-c", probe], capture_output=True,
-                             text=True, timeout=30)
-        # ENETUNREACH (101): the namespace has not even a loopback up.
-        self.assertEqual(res.stdout.strip(), "101", res.stdout + res.stderr)
-
-
 class GradescopeTest(unittest.TestCase):
     def setUp(self):
         need_guest(self)

@@ -1,28 +1,34 @@
-"""Grade submissions of a lab: intake, hermetic build, guest run, scoring, outputs.
+"""Grade submissions of a lab: intake, confined build, object checks, guest run,
+scoring, outputs.
 
-One submission: take only the files the lab allows (submission.intake),
-build them with the lab's own Kbuild and headers, refuse modules that import
-forbidden symbols, boot a fresh guest that runs the lab's harness over the
-seeds, read results only from the nonce-marked harness channel, and write
-results.json (Gradescope), junit.xml and summary.txt. Nothing a submission
-does stops the batch: every failure becomes a verdict with its reason.
+One submission: take only the files the lab allows (submission.intake, in a
+bounded child process), build them with the lab's own Kbuild and headers in a
+sandbox (lab.build_driver, sandbox.py), refuse modules whose imports or code
+the lab does not allow (objcheck.py), boot a fresh guest that runs the lab's
+harness over the seeds, read results only from the nonce-marked harness
+channel, and write results.json (Gradescope), junit.xml and summary.txt.
+Nothing a submission does stops the batch: every failure becomes a verdict
+with its reason. What a student sees names no host path.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ktap, report, submission
-from .lab import BuildFailed, Lab, build_driver, run_tests
-from .labspec import LabSpec, undefined_symbols
+from . import BUILD, ROOT, kernel, ktap, objcheck, report, submission
+from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, run_tests,
+                  scratch_root)
+from .labspec import LabSpec
 
 HARNESS_INFO = re.compile(r"# mmiolab harness: (.*)")
 
@@ -34,6 +40,41 @@ class GradeOptions:
     out: str = os.path.join(BUILD, "grades")
     resume: bool = False
     append: tuple[str, ...] = ()
+    confined: bool = True          # False only when the instructor allowed it
+
+
+# What the outcome of grading depends on, besides the submission and the options:
+# the grader, the guest, the lab's tests, the kernel.
+KIT_FILES = ["scripts/grade", "scripts/mmiolab/*.py", "vm/init", "vm/guest/*.c"]
+LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
+
+
+def kit_version(spec: LabSpec) -> str:
+    """A digest of everything but the submission that a grade depends on."""
+    h = hashlib.sha256()
+    paths = [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))]
+    paths += [p for pat in LAB_FILES for p in glob.glob(os.path.join(spec.dir, pat))]
+    if spec.symbols_from:
+        paths.append(os.path.join(os.path.dirname(spec.dir), spec.symbols_from, "lab.toml"))
+    for p in sorted(set(paths)):
+        if os.path.isfile(p):
+            h.update(os.path.relpath(p, ROOT).encode() + b"\0")
+            with open(p, "rb") as f:
+                h.update(f.read())
+    try:
+        with open(kernel.STAMP, "rb") as f:
+            stamp = json.load(f)
+        h.update(json.dumps([stamp.get("source"), stamp.get("config")]).encode())
+    except (OSError, ValueError):
+        h.update(b"no kernel stamp")
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
+    """Everything a result depends on; --resume re-grades when any of it differs."""
+    return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
+            "append": list(opts.append), "kit": kit_version(spec),
+            "submission": submission.fingerprint(path)}
 
 
 def fabric_append(spec: LabSpec) -> list[str]:
@@ -71,50 +112,71 @@ def _replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
     return rep
 
 
-def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions) -> report.GradeResult:
+def display_name(path: str) -> str:
+    """How a submission is named in what its student sees: its own name, no folders."""
+    return submission.printable(os.path.basename(os.path.normpath(path))) or "submission"
+
+
+def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
+              key: dict | None = None) -> report.GradeResult:
     """Grade one submission; writes its outputs under opts.out/sub_id."""
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f"{sub_id}-", dir=_scratch_root())
+    work = tempfile.mkdtemp(prefix="grade-", dir=scratch_root())
     try:
+        key = key or grading_key(spec, opts, path)
         result = _grade(spec, path, sub_id, opts, out_dir, work)
+        result.key = key
     except Exception as e:    # a grader bug must not lose the batch either
-        result = report.not_graded(spec, sub_id, "grader-error", f"internal grader error: {e!r}")
+        result = report.not_graded(spec, sub_id, "grader-error",
+                                   build_text(f"internal grader error: {e!r}"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result.submission = path
+    result.submission = display_name(path)
     result.execution_time = time.monotonic() - t0
     report.write_all(result, out_dir)
     return result
 
 
-def _scratch_root() -> str:
-    d = os.path.join(BUILD, "scratch")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
            work: str) -> report.GradeResult:
-    intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"))
+    intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"), bounded=True)
     if not intake.ok:
         return report.not_graded(spec, sub_id, intake.verdict, intake.describe())
     notes = [f"ignored {i.source}: {i.reason}" for i in intake.ignored]
+    flags = []
+    for taken in intake.taken:
+        with open(taken.path, encoding="utf-8", errors="replace") as f:
+            flags += objcheck.source_flags(f.read())
+    if not opts.confined:
+        flags.insert(0, "the build ran unconfined (--allow-unconfined-build): it could read "
+                        "any file the grader can")
     lab = Lab(spec.name, spec.module)
     source = intake.files()[spec.files[0]]
     try:
         built = build_driver(lab, source, os.path.join(work, "build"),
-                             timeout=spec.limits.build_timeout)
+                             timeout=spec.limits.build_timeout, confined=opts.confined)
     except BuildFailed as e:
         return report.not_graded(spec, sub_id, "build-failed",
-                                 f"{spec.files[0]} does not compile:\n{e}", notes=notes)
-    nm = subprocess.run(["nm", "-u", built.ko], capture_output=True, text=True)
-    forbidden = spec.forbidden_symbols(undefined_symbols(nm.stdout))
-    if forbidden:
+                                 f"{spec.files[0]} does not compile:\n{e}", notes=notes,
+                                 flags=flags)
+    with open(built.ko, "rb") as f:
+        found = objcheck.check_elf(f.read(), spec.symbol_allowed)
+    if found.refused:
         return report.not_graded(spec, sub_id, "forbidden-symbols",
-                                 "the module uses kernel symbols this lab does not allow: "
-                                 + ", ".join(forbidden), notes=notes)
+                                 "the module was not run: " + "; ".join(found.refused),
+                                 notes=notes, flags=flags)
+    try:
+        found = objcheck.check_code(objcheck.parse_objdump(
+            disassemble(built.ko, confined=opts.confined)))
+    except BuildFailed as e:
+        found = objcheck.Findings(refused=[str(e)])
+    flags += found.flags
+    if found.refused:
+        return report.not_graded(spec, sub_id, "forbidden-code",
+                                 "the module was not run: it holds " + "; ".join(found.refused),
+                                 notes=notes, flags=flags)
     build_ok = not built.warnings
     host = {"build": _host_outcome(
         spec, "build", build_ok,
@@ -123,7 +185,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
 
     run = run_tests(lab, built.ko, opts.seeds, out_dir, cmds=opts.cmds,
                     append=fabric_append(spec) + list(opts.append),
-                    timeout=spec.limits.run_timeout)
+                    timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap)
     res = run.result
     parsed = ktap.parse(res.channel, nonce=run.nonce)
     events = ktap.scan_console(res.console)
@@ -142,28 +204,45 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         notes.append(res.describe())
     return report.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
-        replay=_replay(spec, opts.seeds, parsed, info), console_log=res.log,
-        verdict="graded", notes=notes,
-        console_excerpt=ktap.console_excerpt(res.console, events) if events or not clean else "")
+        replay=_replay(spec, opts.seeds, parsed, info),
+        console_log=os.path.relpath(res.log, out_dir), verdict="graded", notes=notes,
+        console_excerpt=ktap.console_excerpt(res.console, events) if events or not clean else "",
+        flags=flags)
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,
                 jobs: int = 1, progress=print) -> list[report.GradeResult]:
-    """Grade (student id, path) pairs, jobs at a time; --resume skips finished ones."""
-    todo, results = [], []
+    """Grade (student id, path) pairs, jobs at a time. The gradebook (opts.out/
+    gradebook.csv) is rewritten after each submission, so a killed batch loses at
+    most the submissions in flight; --resume keeps a finished result only if it
+    was graded with the same key (grading_key) and not ended by a grader error."""
+    book = os.path.join(opts.out, "gradebook.csv")
+    os.makedirs(opts.out, exist_ok=True)
+    todo, results, kept = [], [], []
     for sub_id, path in entries:
+        key = grading_key(spec, opts, path)
         done = os.path.join(opts.out, sub_id, "results.json")
         if opts.resume and os.path.exists(done):
-            progress(f"{sub_id:24} already graded (resume)")
-            continue
-        todo.append((sub_id, path))
+            why = _stale(done, key)
+            if not why:
+                old = report.load_results_json(done)
+                progress(f"{sub_id:24} already graded (resume)")
+                results.append(old)
+                kept.append((old, done, path))
+                continue
+            progress(f"{sub_id:24} graded again: {why}")
+        todo.append((sub_id, path, key))
+    if kept:
+        report.update_gradebook(book, kept)
     t0 = time.monotonic()
     lock = threading.Lock()
     finished = [0]
 
     def one(item):
-        sub_id, path = item
-        r = grade_one(spec, path, sub_id, opts)
+        sub_id, path, key = item
+        r = grade_one(spec, path, sub_id, opts, key)
+        report.update_gradebook(book, [(r, os.path.join(opts.out, sub_id, "results.json"),
+                                        path)])
         failed = ", ".join(t.name for t in r.failed) or "-"
         with lock:
             finished[0] += 1
@@ -176,3 +255,19 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
         for r in pool.map(one, todo):
             results.append(r)
     return results
+
+
+def _stale(results_json: str, key: dict) -> str:
+    """Why a finished result must be graded again ('' if it stands)."""
+    try:
+        old = report.load_results_json(results_json)
+    except report.ReportError as e:
+        return f"its results.json is unreadable ({e})"
+    if old.verdict == "grader-error":
+        return "it ended in a grader error"
+    for k in ("lab", "seeds", "cmds", "append", "kit", "submission"):
+        if old.key.get(k) != key[k]:
+            what = {"kit": "the grader, lab or kernel changed", "submission": "the submission "
+                    "changed"}.get(k, f"{k} differ")
+            return what
+    return ""

@@ -20,12 +20,15 @@ memory; Documentation/instructor/threat-model.rst says what that takes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shutil
-import subprocess
+import stat
+import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, kernel, ktap, vm
+from . import BUILD, ROOT, kernel, ktap, sandbox, vm
 from .initramfs import compile_programs
 
 LABS = os.path.join(ROOT, "labs")
@@ -33,7 +36,11 @@ END_LINE = "# mmiolab harness: end"
 
 
 class BuildFailed(Exception):
-    """The driver did not compile; the message is the compiler's output."""
+    """The driver did not compile; the message is the compiler's output (no host paths)."""
+
+    def __init__(self, message: str, reason: str = "failed"):
+        super().__init__(message)
+        self.reason = reason          # failed | timeout | flood | objdump
 
 
 @dataclass
@@ -55,6 +62,7 @@ class Build:
     ko: str
     warnings: list[str]
     log: str
+    confined: bool = True
 
 
 @dataclass
@@ -65,48 +73,128 @@ class Run:
     append: list[str] = field(default_factory=list)
 
 
-BUILD_MEMORY = 2 << 30       # address-space limit of one module build
+BUILD_LIMITS = sandbox.Limits(timeout=120, cpu_seconds=120, memory=1 << 30, processes=64,
+                              file_bytes=64 << 20, output_cap=1 << 20)
+# What a module build may read besides the toolchain.
+KERNEL_TREE = [kernel.OBJ, kernel.SRC]
+# The kernel's Kbuild makes no other environment matter (and gets none).
+BUILD_ENV = {k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUILD_")}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def sandbox() -> list[str]:
-    """A command prefix that cuts a build off the network: a new, empty network
-    namespace (as root, or as a mapped root in a user namespace). Empty when
-    neither works here, which the caller reports."""
-    for prefix in (["unshare", "--net"], ["unshare", "--user", "--map-root-user", "--net"]):
-        try:
-            if subprocess.run(prefix + ["true"], capture_output=True, timeout=10).returncode == 0:
-                return prefix
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return []
+def scratch_root() -> str:
+    """Where the grader makes its scratch folders (sandboxes: searchable by all)."""
+    d = os.path.join(BUILD, "scratch")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    return d
 
 
-def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120) -> Build:
-    """Compile one ringdrv.c with the lab's own Kbuild and headers (W=1)."""
+def confinement() -> tuple[bool, str]:
+    """Whether module builds can be confined here; (ok, why not)."""
+    return sandbox.probe(KERNEL_TREE, scratch_root())
+
+
+def build_text(text: str, folder: str = "") -> str:
+    """Build output as a student may see it: no host paths, no colour codes."""
+    text = _ANSI.sub("", text)
+    hosts = sorted(((folder, ""), (kernel.OBJ, "linux-build"), (kernel.SRC, "linux"),
+                    (BUILD, "build"), (ROOT, "mmiolab")), key=lambda p: -len(p[0]))
+    for path, shown in hosts + [(sandbox.INSIDE, "")]:
+        if not path:
+            continue
+        path = path.rstrip("/")
+        edge = r"(?<![\w.-])" if path == sandbox.INSIDE else ""
+        text = re.sub(edge + re.escape(path) + r"(/|\b)",
+                      lambda m: (shown + "/" if shown else "") if m.group(1) else (shown or "."),
+                      text)
+    return text
+
+
+def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
+                 confined: bool = True) -> Build:
+    """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
+    (sandbox.py); the .ko, build.log and objdump.txt land in workdir."""
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    shutil.copy(os.path.join(lab.dir, "starter", "Kbuild"), workdir)
-    for name in os.listdir(lab.dir):
-        if name.endswith(".h"):
-            shutil.copy(os.path.join(lab.dir, name), workdir)
-    shutil.copy(source, os.path.join(workdir, f"{lab.module}.c"))
-    # No network and bounded memory; time is bounded below.
-    cmd = sandbox() + ["prlimit", f"--as={BUILD_MEMORY}", "--",
-                       "make", "-C", kernel.OBJ, f"M={workdir}", "W=1", "modules"]
+    box = tempfile.mkdtemp(prefix="build-", dir=scratch_root())
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             env=kernel.build_env())
-    except subprocess.TimeoutExpired:
-        raise BuildFailed(f"the build did not finish in {timeout:.0f}s")
-    log = res.stdout + res.stderr
-    with open(os.path.join(workdir, "build.log"), "w") as f:
-        f.write(log)
-    ko = os.path.join(workdir, f"{lab.module}.ko")
-    if res.returncode or not os.path.exists(ko):
-        errors = [line for line in log.splitlines() if "error" in line or "Error" in line]
-        raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
-    warnings = [line for line in log.splitlines() if "warning:" in line]
-    return Build(ko, warnings, log)
+        os.chmod(box, 0o711)
+        src = os.path.join(box, "src")
+        os.mkdir(src)
+        shutil.copy(os.path.join(lab.dir, "starter", "Kbuild"), src)
+        for name in os.listdir(lab.dir):
+            if name.endswith(".h"):
+                shutil.copy(os.path.join(lab.dir, name), src)
+        shutil.copy(source, os.path.join(src, f"{lab.module}.c"))
+        sandbox.prepare(src)
+        where = sandbox.INSIDE if confined else src
+        limits = dataclasses.replace(BUILD_LIMITS, timeout=timeout, cpu_seconds=int(timeout))
+        res = sandbox.run(["make", "-C", kernel.OBJ, f"M={where}", "W=1", "modules"], src,
+                          KERNEL_TREE, os.path.join(box, "build.log"), limits, env=BUILD_ENV,
+                          confined=confined, hide=_hidden())
+        log = build_text(res.output, src)
+        with open(os.path.join(workdir, "build.log"), "w") as f:
+            f.write(log)
+        if res.status == "timeout":
+            raise BuildFailed(f"the build did not finish in {timeout:.0f}s", "timeout")
+        if res.status == "flood":
+            raise BuildFailed(f"the build printed more than {limits.output_cap} bytes; "
+                              f"the first lines:\n" + "\n".join(log.splitlines()[:30]), "flood")
+        ko = os.path.join(workdir, f"{lab.module}.ko")
+        if res.status != "ok" or not _copy_regular(os.path.join(src, f"{lab.module}.ko"), ko):
+            errors = [line for line in log.splitlines() if "error" in line.lower()]
+            raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
+        warnings = [line for line in log.splitlines() if "warning:" in line]
+        return Build(ko, warnings, log, confined)
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+
+
+def _hidden() -> list[str]:
+    """Kit folders the sandbox's view of /usr would otherwise show."""
+    return [p for p in (ROOT,) if p.startswith(("/usr/", "/etc/"))]
+
+
+def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
+    """Copy a file the sandbox wrote, refusing links and special files."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return False
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        return False
+    with open(dest, "wb") as out:
+        out.write(data)
+    return True
+
+
+def disassemble(ko: str, confined: bool = True) -> str:
+    """objdump -d -r of a module, itself confined: binutils reading a file a student
+    shaped is one more parser to keep away from the host."""
+    box = tempfile.mkdtemp(prefix="objdump-", dir=scratch_root())
+    try:
+        os.chmod(box, 0o711)
+        src = os.path.join(box, "src")
+        os.mkdir(src)
+        shutil.copy(ko, os.path.join(src, "module.ko"))
+        sandbox.prepare(src)
+        where = sandbox.INSIDE if confined else src
+        limits = dataclasses.replace(BUILD_LIMITS, timeout=60, cpu_seconds=60,
+                                     output_cap=64 << 20)
+        res = sandbox.run(["objdump", "-d", "-r", "-w", "--no-show-raw-insn",
+                           f"{where}/module.ko"], src, [], os.path.join(box, "objdump.txt"),
+                          limits, confined=confined, hide=_hidden())
+        if res.status != "ok":
+            raise BuildFailed(f"the module could not be disassembled ({res.status})",
+                              "objdump")
+        return res.output
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
 
 
 def guest_programs(lab: Lab) -> dict[str, str]:

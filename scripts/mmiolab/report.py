@@ -46,9 +46,9 @@ MAX_TEST_OUTPUT = 32 << 10
 MAX_OUTPUT = 64 << 10
 
 FIXED_COLUMNS = ["student", "lab", "score", "max_score", "verdict"]
-TAIL_COLUMNS = ["failed_tests", "first_failing_seed", "seeds_passed", "seeds", "profile",
-                "semantics", "params", "execution_time", "graded_at", "host", "console_log",
-                "results"]
+TAIL_COLUMNS = ["failed_tests", "flags", "first_failing_seed", "seeds_passed", "seeds", "profile",
+                "semantics", "params", "execution_time", "graded_at", "host", "kit",
+                "submission", "console_log", "results"]
 TEST_PREFIX = "test:"
 
 _WHY = {
@@ -122,10 +122,16 @@ class GradeResult:
     replay: Replay = field(default_factory=Replay)
     execution_time: float = 0.0
     console_log: str | None = None
-    submission: str = ""                 # the path that was graded
+    submission: str = ""                 # its name as handed in (never a host path)
     verdict: str = "graded"              # graded, or why it was not (an intake verdict...)
     notes: list[str] = field(default_factory=list)   # intake and build remarks, plain words
     console_excerpt: str = ""
+    # For the instructor's attention (an unconfined build, inline assembly...): the
+    # grade stands, but someone should read the code.
+    flags: list[str] = field(default_factory=list)
+    # What the grade depends on (lab, seeds, cmds, fabric, kit, submission digest):
+    # --resume re-grades when any of it differs.
+    key: dict[str, Any] = field(default_factory=dict)
     graded_at: str = field(default_factory=lambda: _now())
     host: str = field(default_factory=socket.gethostname)
 
@@ -328,6 +334,8 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "graded_at": result.graded_at,
         "host": result.host,
         "notes": result.notes,
+        "flags": result.flags,
+        "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
 
@@ -370,7 +378,8 @@ def load_results_json(path: str) -> GradeResult:
             replay=Replay(**rep), execution_time=float(extra.get("execution_time", 0.0)),
             console_log=extra.get("console_log"), submission=extra.get("submission", ""),
             verdict=extra.get("verdict", "graded"), notes=list(extra.get("notes", [])),
-            graded_at=extra.get("graded_at", ""), host=extra.get("host", ""))
+            graded_at=extra.get("graded_at", ""), host=extra.get("host", ""),
+            flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})))
     except ReportError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -453,6 +462,7 @@ def summary_text(result: GradeResult) -> str:
     if result.verdict != "graded":
         out.append(f"not graded in the guest: {result.verdict}")
     out += [f"note: {n}" for n in result.notes]
+    out += [f"flagged for the instructor: {f}" for f in result.flags]
     out.append("")
     for t in result.tests:
         word = t.status if t.status == "passed" else t.status.upper()
@@ -512,9 +522,15 @@ def _uncell(text: str) -> str:
     return text[1:] if len(text) > 1 and text[0] == "'" and text[1] in _FORMULA else text
 
 
-def gradebook_row(result: GradeResult, results_path: str = "") -> dict[str, str]:
-    """One CSV row per student: scores per test and the replay information."""
+def gradebook_row(result: GradeResult, results_path: str = "",
+                  source: str = "") -> dict[str, str]:
+    """One CSV row per student: scores per test and the replay information. The
+    gradebook is the instructor's: it may name host paths (`source`, the path
+    graded; the console log next to `results_path`)."""
     r = result.replay
+    console = result.console_log or ""
+    if console and results_path and not os.path.isabs(console):
+        console = os.path.join(os.path.dirname(os.path.abspath(results_path)), console)
     row = {
         "student": _cell(result.submission_id), "lab": _cell(result.lab),
         "score": _num(result.score), "max_score": _num(result.max_score),
@@ -526,8 +542,9 @@ def gradebook_row(result: GradeResult, results_path: str = "") -> dict[str, str]
         "semantics": _cell(r.semantics),
         "params": _cell(" ".join(f"{k}={v}" for k, v in sorted(r.params.items()))),
         "execution_time": f"{result.execution_time:.1f}", "graded_at": result.graded_at,
-        "host": _cell(result.host), "console_log": _cell(result.console_log or ""),
-        "results": _cell(results_path),
+        "host": _cell(result.host), "console_log": _cell(console),
+        "results": _cell(results_path), "flags": _cell("; ".join(result.flags)),
+        "kit": _cell(str(result.key.get("kit", ""))), "submission": _cell(source),
     }
     for t in result.tests:
         row[TEST_PREFIX + t.name] = _num(t.score)
@@ -611,9 +628,9 @@ def _write_gradebook(path: str, columns: list[str], rows: list[dict[str, str]]) 
     atomic_write(path, buf.getvalue())
 
 
-def update_gradebook(path: str, results: Iterable[GradeResult | tuple[GradeResult, str]]
-                     ) -> MergeReport:
-    """Add or replace rows (one per student and lab), keeping the newest grading.
+def update_gradebook(path: str, results: Iterable[GradeResult | tuple]) -> MergeReport:
+    """Add or replace rows (one per student and lab), keeping the newest grading;
+    items are results or (result, results.json path[, submission path]) tuples.
 
     Safe against concurrent writers on one host (a lock file) and against a kill
     (atomic replace); shards from other hosts merge with merge().
@@ -621,8 +638,8 @@ def update_gradebook(path: str, results: Iterable[GradeResult | tuple[GradeResul
     report = MergeReport(path)
     rows = []
     for item in results:
-        res, rpath = item if isinstance(item, tuple) else (item, "")
-        rows.append(gradebook_row(res, rpath))
+        res, *rest = item if isinstance(item, tuple) else (item,)
+        rows.append(gradebook_row(res, *rest))
     with _locked(path):
         columns, base = read_gradebook(path)
         cols, merged = _merge_rows(columns, base, rows, report)

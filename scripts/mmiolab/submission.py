@@ -36,12 +36,16 @@ from __future__ import annotations
 import bz2
 import errno
 import gzip
+import hashlib
+import json
 import lzma
 import os
 import re
 import shutil
 import stat
 import struct
+import subprocess
+import sys
 import tarfile
 import tempfile
 import unicodedata
@@ -75,6 +79,7 @@ HIDDEN = "hidden"
 ENCRYPTED = "encrypted"
 UNREADABLE = "unreadable"
 TOO_DEEP = "too-deep"
+INTAKE_LIMIT = "intake-limit"
 
 #: Reasons that mean the submission tried (or happened) to reach outside itself.
 UNSAFE = frozenset({TRAVERSAL, ABSOLUTE, SYMLINK, HARDLINK, SPECIAL})
@@ -170,6 +175,13 @@ class Intake:
         d = asdict(self)
         d["ok"] = self.ok
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Intake":
+        return cls(source=d["source"], kind=d["kind"], scratch=d["scratch"],
+                   verdict=d["verdict"], message=d["message"],
+                   taken=[Taken(**t) for t in d["taken"]],
+                   ignored=[Ignored(**i) for i in d["ignored"]])
 
 
 class _Entry(NamedTuple):
@@ -385,8 +397,46 @@ def _sniff(path: str) -> str:
     return ""
 
 
+XZ_MEMLIMIT = 128 << 20      # xz -9 needs 65 MiB to decompress; a crafted header asks for GiBs
+
+
+class _XzReader:
+    """An .xz stream decoded with a memory limit (lzma.open has none: the header
+    of a crafted file can make the decoder allocate gigabytes)."""
+
+    def __init__(self, path: str, memlimit: int = XZ_MEMLIMIT):
+        self.f = open(path, "rb")
+        self.memlimit = memlimit
+        self.dec = lzma.LZMADecompressor(lzma.FORMAT_AUTO, memlimit=memlimit)
+        self.inbuf = b""
+
+    def read(self, n: int = -1) -> bytes:
+        want = 1 << 16 if n is None or n < 0 else n
+        out = bytearray()
+        while len(out) < want:
+            if self.dec.eof:                     # concatenated streams, NUL padding
+                self.inbuf = (self.dec.unused_data + self.inbuf).lstrip(b"\0")
+                if not self.inbuf:
+                    self.inbuf = self.f.read(1 << 16)
+                    if not self.inbuf:
+                        break
+                    continue
+                self.dec = lzma.LZMADecompressor(lzma.FORMAT_AUTO, memlimit=self.memlimit)
+            if self.dec.needs_input and not self.inbuf:
+                self.inbuf = self.f.read(1 << 16)
+                if not self.inbuf:
+                    raise EOFError("the xz stream ends early")
+            out += self.dec.decompress(self.inbuf, max_length=want - len(out))
+            self.inbuf = b""
+        return bytes(out)
+
+    def close(self) -> None:
+        self.f.close()
+
+
 def _scan_tar(path: str, comp: str, col: _Collector) -> None:
-    opener = {"gz": gzip.open, "bz2": bz2.open, "xz": lzma.open}.get(comp, open)
+    opener = {"gz": gzip.open, "bz2": bz2.open,
+              "xz": lambda p, mode: _XzReader(p)}.get(comp, open)
     cap = col.limits.max_total_bytes + col.limits.max_members * 2048 + (1 << 20)
     declared = 0
     raw = opener(path, "rb")
@@ -428,29 +478,53 @@ def _scan_tar(path: str, comp: str, col: _Collector) -> None:
                 col.entry(entry, read)
     except _Refused:
         raise
-    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as e:
+    except lzma.LZMAError as e:
+        if "Memory usage limit" in str(e):
+            raise _Refused(ARCHIVE_TOO_LARGE, f"the xz stream asks for more than "
+                                              f"{XZ_MEMLIMIT >> 20} MiB to decompress") from e
+        raise _Refused(CORRUPT, f"not a readable tar archive (LZMAError: {e})") from e
+    except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError) as e:
         raise _Refused(CORRUPT, f"not a readable tar archive ({type(e).__name__}: {e})") from e
     finally:
         reader.close()
 
 
-def _zip_entry_count(f: IO[bytes]) -> int | None:
-    """Entries announced by the end-of-central-directory record, read before zipfile
-    builds one ZipInfo per entry (a crafted zip can announce millions)."""
+def _zip_entry_count(f: IO[bytes], stop: int) -> int | None:
+    """Entries of a zip's central directory, counted the way zipfile will read them
+    (record by record over the directory's declared size, not from the entry total
+    the end record announces, which a crafted zip sets to 1), before zipfile builds
+    one ZipInfo per entry. Stops counting past `stop`. None: no end record found."""
     f.seek(0, os.SEEK_END)
     size = f.tell()
-    tail = min(size, 65535 + 22 + 20 + 56)
+    tail = min(size, 65535 + 22)
     f.seek(size - tail)
     data = f.read(tail)
     i = data.rfind(b"PK\x05\x06")
     if i < 0 or len(data) - i < 22:
         return None
-    total = struct.unpack("<H", data[i + 10:i + 12])[0]
-    if total == 0xFFFF:
-        j = data.rfind(b"PK\x06\x06", 0, i)
-        if j >= 0 and len(data) - j >= 56:
-            total = struct.unpack("<Q", data[j + 32:j + 40])[0]
-    return total
+    eocd = size - tail + i
+    cd_size, = struct.unpack("<I", data[i + 12:i + 16])
+    cd_end = eocd
+    if i >= 20 and data[i - 20:i - 16] == b"PK\x06\x07":      # zip64 locator
+        f.seek(eocd - 20 - 56)
+        rec = f.read(56)
+        if rec[:4] != b"PK\x06\x06":
+            return None
+        cd_size, = struct.unpack("<Q", rec[40:48])
+        cd_end = eocd - 20 - 56
+    start = cd_end - cd_size
+    if start < 0:
+        return None
+    f.seek(start)
+    cd = f.read(cd_size)
+    n, pos = 0, 0
+    while pos + 46 <= len(cd) and n <= stop:
+        if cd[pos:pos + 4] != b"PK\x01\x02":
+            break
+        name_len, extra_len, comment_len = struct.unpack("<HHH", cd[pos + 28:pos + 34])
+        pos += 46 + name_len + extra_len + comment_len
+        n += 1
+    return n
 
 
 def _zip_name(zi: zipfile.ZipInfo) -> str:
@@ -471,11 +545,10 @@ def _zip_name(zi: zipfile.ZipInfo) -> str:
 def _scan_zip(path: str, col: _Collector) -> None:
     try:
         with open(path, "rb") as f:
-            n = _zip_entry_count(f)
+            n = _zip_entry_count(f, col.limits.max_members)
         if n is not None and n > col.limits.max_members:
-            raise _Refused(TOO_MANY, f"the zip announces {n} entries, more than "
-                                     f"{col.limits.max_members}: submit only "
-                                     f"{', '.join(col.allowed)}")
+            raise _Refused(TOO_MANY, f"the zip holds more than {col.limits.max_members} "
+                                     f"entries: submit only {', '.join(col.allowed)}")
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             declared = 0
@@ -805,6 +878,121 @@ def expand_class(class_dir: str) -> list[ClassEntry]:
     return scan_class(class_dir).entries
 
 
-def intake_for_lab(spec: Any, path: str, scratch: str | None = None) -> Intake:
-    """intake() with a labspec.LabSpec's allowed files and caps."""
-    return intake(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits))
+def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
+                   bounded: bool = False) -> Intake:
+    """intake() with a labspec.LabSpec's allowed files and caps (bounded: in a child
+    process with a time and memory limit, as the grader does it)."""
+    run = intake_bounded if bounded else intake
+    return run(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits))
+
+
+# ---------------------------------------------------------------------------- bounded
+
+INTAKE_TIMEOUT = 60.0
+INTAKE_MEMORY = 1 << 30
+_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None,
+                   limits: IntakeLimits = DEFAULT_LIMITS, timeout: float = INTAKE_TIMEOUT,
+                   memory: int = INTAKE_MEMORY) -> Intake:
+    """intake() in a child process that may use `timeout` seconds and `memory` bytes:
+    the caps above bound what an archive may expand to, this bounds what reading it
+    may cost (a decompressor or a parser that a crafted file sends astray)."""
+    scratch = _prepare_scratch(scratch)
+    request = json.dumps({"allowed": list(allowed), "limits": asdict(limits)})
+    cmd = ["/usr/bin/prlimit", f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
+           sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+           "from mmiolab.submission import _intake_child; _intake_child()",
+           _SCRIPTS, os.fsencode(path), scratch, request]
+    why = ""
+    try:
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        if res.returncode == 0:
+            return Intake.from_dict(json.loads(res.stdout))
+        why = (f"reading it failed ({res.stderr.decode(errors='replace').strip().splitlines()[-1]})"
+               if res.stderr.strip() else f"reading it was stopped (status {res.returncode})")
+    except subprocess.TimeoutExpired:
+        why = f"reading it took more than {timeout:.0f}s"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = f"reading it failed ({e})"
+    for name in os.listdir(scratch):                 # a child stopped half way
+        full = os.path.join(scratch, name)
+        shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
+    return Intake(source=printable(path), kind="unknown", scratch=scratch, verdict=INTAKE_LIMIT,
+                  message=f"{why}: the grader reads a submission with at most {timeout:.0f}s "
+                          f"and {memory >> 20} MiB (a crafted archive?)")
+
+
+def _intake_child() -> None:
+    """Entry point of the bounded intake's child: argv scripts, path, scratch, request."""
+    path, scratch, req = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    r = intake(path, req["allowed"], scratch, IntakeLimits(**req["limits"]))
+    sys.stdout.write(json.dumps(r.to_dict()))
+
+
+# ---------------------------------------------------------------------------- identity
+
+def fingerprint(path: str, cap: int = DEFAULT_LIMITS.max_archive_bytes) -> str:
+    """A digest of a submission as handed in (a file's bytes, a folder's names, types
+    and contents, links not followed), so that --resume can tell a changed one.
+    Bytes past `cap` per file count by size only: intake refuses such files anyway."""
+    h = hashlib.sha256()
+
+    def file(p: str) -> None:
+        try:
+            fd = os.open(p, _FILE_FLAGS)
+        except OSError as e:
+            h.update(f"unreadable {e.errno}".encode())
+            return
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
+            if stat.S_ISREG(st.st_mode):
+                left = cap
+                while left > 0:
+                    chunk = f.read(min(1 << 20, left))
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    left -= len(chunk)
+
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"missing:{e.errno}"
+    if stat.S_ISDIR(st.st_mode):
+        for top, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+                full = os.path.join(top, name)
+                h.update(os.fsencode(os.path.relpath(full, path)) + b"\0")
+                if os.path.islink(full):
+                    h.update(b"link " + os.fsencode(os.readlink(full)))
+                else:
+                    file(full)
+    elif stat.S_ISLNK(st.st_mode):
+        h.update(b"link " + os.fsencode(os.readlink(path)))
+    else:
+        file(path)
+    return "sha256:" + h.hexdigest()
+
+
+#: Names the grader's output folder uses itself: no student gets them as an id.
+RESERVED_IDS = frozenset({"gradebook.csv", "gradebook.csv.lock"})
+
+
+def unique_ids(ids: Sequence[str]) -> list[str]:
+    """The ids made unique (case-insensitively, for file systems that fold case) and
+    kept off the reserved names: a repeat or a reserved one gets '~2', '~3'...
+    Stable: the same list gives the same ids."""
+    seen = {r.lower() for r in RESERVED_IDS}
+    out = []
+    for sid in ids:
+        cand, n = sid, 1
+        while cand.lower() in seen:
+            n += 1
+            cand = f"{sid}~{n}"
+        seen.add(cand.lower())
+        out.append(cand)
+    return out

@@ -1,0 +1,301 @@
+"""Run an untrusted step (a student module's build, its disassembly) confined.
+
+The compiler reads whatever its input names (``#include "/etc/shadow"``,
+``.incbin "../solutions/..."``) and prints parts of it in its diagnostics,
+which go back to the student. So the build never sees the host: it runs in
+bubblewrap with
+
+- new user, pid, network, IPC, UTS (and, if possible, cgroup) namespaces,
+  no way to make further user namespaces, a new session (no terminal);
+- an unprivileged uid outside as well as inside: when the grader is root it
+  drops to SANDBOX_UID first, because a mapped root is still kuid 0 to the
+  host's files and is exempt from RLIMIT_NPROC;
+- a read-only view of /usr (the toolchain; /usr/local hidden), the
+  /etc/alternatives links the toolchain needs, and the paths the caller names
+  (the kernel build tree); one writable folder, seen as /build; a minimal
+  /dev; no /proc, /sys, /tmp, /home, /etc or kit;
+- /dev/null as stdin, stdout and stderr into one file whose size is watched;
+- limits on address space, CPU time, processes (counted per sandbox: the
+  count lives in its own user namespace), file size, open files, core dumps;
+- on a timeout or an output flood, the sandbox's pid 1 is killed, which
+  kills every process of its pid namespace at once.
+
+Where bubblewrap cannot work (a container that forbids user namespaces), the
+grader stops unless the instructor allows an unconfined build; that runs the
+same command with the same uid and limits in its own process group, and the
+report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+BWRAP = "/usr/bin/bwrap"
+PRLIMIT = "/usr/bin/prlimit"
+SANDBOX_UID = int(os.environ.get("MMIOLAB_SANDBOX_UID", "65534"))
+SANDBOX_GID = int(os.environ.get("MMIOLAB_SANDBOX_GID", "65534"))
+INSIDE = "/build"                      # the writable folder, as the confined step sees it
+PATH = "/usr/bin:/bin"
+
+
+class SandboxError(Exception):
+    """The sandbox could not be set up (not the step's own failure)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 120.0             # wall clock, seconds
+    cpu_seconds: int = 120             # per process
+    memory: int = 1 << 30              # address space per process, bytes
+    processes: int = 64                # in the sandbox at once
+    file_bytes: int = 64 << 20         # largest file a process may write
+    open_files: int = 256
+    output_cap: int = 1 << 20          # bytes of stdout+stderr kept; more is a flood
+
+
+@dataclass
+class Result:
+    status: str                        # ok | failed | timeout | flood
+    returncode: int | None
+    output: str = field(repr=False)    # at most output_cap bytes, decoded
+    seconds: float
+    confined: bool
+
+    def __str__(self) -> str:
+        head = self.output[:400] + ("..." if len(self.output) > 400 else "")
+        return f"{self.status} (status {self.returncode}, {self.seconds:.1f}s): {head}"
+
+
+def _dropping() -> bool:
+    return os.geteuid() == 0
+
+
+def _usr_layout() -> list[str]:
+    """/usr read-only, and /bin, /lib... as the host has them (links on merged-/usr)."""
+    args = ["--ro-bind", "/usr", "/usr", "--tmpfs", "/usr/local"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = "/" + top
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    if os.path.isdir("/etc/alternatives"):       # /usr/bin/awk -> /etc/alternatives/awk
+        args += ["--ro-bind", "/etc/alternatives", "/etc/alternatives"]
+    return args
+
+
+def bwrap_args(writable: str, readonly: list[str], hide: list[str] = ()) -> list[str]:
+    """The bubblewrap command line up to '--' (exposed for tests and the docs)."""
+    args = [BWRAP, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--new-session", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+            "--hostname", "mmiolab-build"]
+    args += _usr_layout()
+    for path in hide:                  # e.g. the kit, if it sits under /usr
+        args += ["--tmpfs", path]
+    for path in readonly:
+        args += ["--ro-bind", path, path]
+    args += ["--bind", writable, INSIDE, "--dev", "/dev", "--chdir", INSIDE, "--clearenv"]
+    return args
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {"PATH": PATH, "HOME": INSIDE, "TMPDIR": INSIDE, "LC_ALL": "C", "LANG": "C"}
+    env.update(extra)
+    return env
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    return [PRLIMIT, f"--as={limits.memory}", f"--cpu={limits.cpu_seconds}",
+            f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}",
+            f"--nofile={limits.open_files}", "--core=0", "--"]
+
+
+def prepare(folder: str) -> None:
+    """Make `folder` the sandbox's writable folder: owned by the sandbox uid. Its
+    parents must be searchable by that uid (bubblewrap runs as it): the caller
+    makes its own folders 0711; the host's folders are never changed here."""
+    if _dropping():
+        for top, dirs, files in os.walk(folder):
+            for name in [top] + [os.path.join(top, n) for n in dirs + files]:
+                os.lchown(name, SANDBOX_UID, SANDBOX_GID)
+
+
+_probe_cache: dict[tuple, tuple[bool, str]] = {}
+
+
+def probe(readonly: list[str], scratch: str) -> tuple[bool, str]:
+    """Whether a confined step can run here and read `readonly`; (ok, why not)."""
+    key = (tuple(readonly), scratch)
+    if key in _probe_cache:
+        return _probe_cache[key]
+    if not os.path.exists(BWRAP):
+        result = (False, f"{BWRAP} is missing (Debian package bubblewrap; run 'make deps')")
+    else:
+        os.makedirs(scratch, exist_ok=True)
+        tmp = os.path.join(scratch, f"probe-{os.getpid()}")
+        os.makedirs(tmp, exist_ok=True)
+        os.chmod(scratch, 0o755)
+        prepare(tmp)
+        checks = " && ".join(f"test -r {p}" for p in readonly) or "true"
+        cmd = bwrap_args(tmp, readonly) + ["--setenv", "PATH", PATH, "--",
+                                           "/bin/sh", "-c", checks]
+        try:
+            res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 timeout=30, **_user_kw())
+            ok = res.returncode == 0
+            why = "" if ok else (res.stderr.strip() or
+                                 f"the sandbox cannot read {', '.join(readonly)} as uid "
+                                 f"{SANDBOX_UID} (are its folders readable by others?)")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            ok, why = False, f"bubblewrap did not run: {e}"
+        finally:
+            _rmtree(tmp)
+        result = (ok, why)
+    _probe_cache[key] = result
+    return result
+
+
+def _user_kw() -> dict:
+    if _dropping():
+        return {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+    return {}
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
+        env: dict[str, str] | None = None, confined: bool = True,
+        hide: list[str] = ()) -> Result:
+    """Run argv with `writable` as its only writable folder (/build when confined).
+
+    stdout and stderr go to `log` (created here, outside `writable`); Result.output
+    is its first limits.output_cap bytes. Never raises for what the step does.
+    """
+    env = _env(env or {})
+    info_r = info_w = -1
+    if confined:
+        info_r, info_w = os.pipe()
+        cmd = bwrap_args(writable, readonly, hide) + ["--info-fd", str(info_w)]
+        for k, v in env.items():
+            cmd += ["--setenv", k, v]
+        cmd += ["--"] + _prlimit(limits) + argv
+        cwd = None
+        run_env = None
+    else:
+        cmd = _prlimit(limits) + argv
+        cwd = writable
+        run_env = env
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    cwd=cwd, env=run_env, start_new_session=True,
+                                    pass_fds=(info_w,) if confined else (), **_user_kw())
+        except OSError as e:
+            raise SandboxError(f"cannot start {cmd[0]}: {e}") from e
+        finally:
+            if info_w >= 0:
+                os.close(info_w)
+        child = _child_pid(info_r) if confined else None
+        pidfd = _pidfd(child)
+        status = None
+        while True:
+            try:
+                proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() - t0 > limits.timeout:
+                status = "timeout"
+            elif os.path.getsize(log) > limits.output_cap:
+                status = "flood"
+            if status:
+                _kill(proc)
+                break
+        rc = proc.returncode
+        # bubblewrap reports the command's status as soon as the command exits, while
+        # its pid 1 may still be taking the rest of the namespace down: wait for that.
+        _end(pidfd)
+    seconds = time.monotonic() - t0
+    with open(log, "rb") as f:
+        output = f.read(limits.output_cap).decode("utf-8", "replace")
+    if os.path.getsize(log) > limits.output_cap:
+        status = "flood"                 # (the file-size limit may have ended it first)
+    if status is None:
+        status = "ok" if rc == 0 else "failed"
+    return Result(status, rc, output, seconds, confined)
+
+
+def _child_pid(fd: int) -> int | None:
+    """The sandbox's pid 1, as bubblewrap reports it on --info-fd."""
+    data = b""
+    deadline = time.monotonic() + 10
+    try:
+        os.set_blocking(fd, False)
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            if not chunk:
+                break
+            data += chunk
+            try:
+                return int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError):
+                continue
+    finally:
+        os.close(fd)
+    m = re.search(rb'"child-pid":\s*(\d+)', data)
+    return int(m.group(1)) if m else None
+
+
+def _pidfd(pid: int | None) -> int | None:
+    """A handle on the sandbox's pid 1 that cannot come to name another process."""
+    if pid is None:
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:                   # already gone
+        return None
+
+
+def _end(pidfd: int | None, timeout: float = 10) -> None:
+    """Kill the sandbox's pid 1 (a no-op if it has ended) and wait until it has: the
+    kernel kills every other process of its pid namespace before pid 1 is done."""
+    if pidfd is None:
+        return
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    poller.poll(timeout * 1000)
+    os.close(pidfd)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill a step: bubblewrap's own process (its pid 1 dies with it, --die-with-parent,
+    and _end() makes sure), or, unconfined, the process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
