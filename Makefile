@@ -7,7 +7,7 @@ KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
-	clean help full-kit
+	gradescope clean help full-kit
 
 all: kernel initramfs
 
@@ -67,6 +67,11 @@ docs: full-kit
 ## make handout     each lab's student handout (no solutions) into build/handout
 handout: full-kit
 	@$(PY) scripts/handout
+
+## make gradescope  a lab's Gradescope autograder zip (LAB=name; default every lab)
+##                  into build/gradescope; UNCONFINED=1 lets it build unconfined
+gradescope: full-kit
+	@$(PY) scripts/gradescope $(if $(LAB),--lab $(LAB)) $(if $(UNCONFINED),--allow-unconfined-build)
 
 # A student handout (scripts/handout) has no solutions, tests or doc sources.
 full-kit:

@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import unittest
+import zipfile
 import xml.etree.ElementTree as ET
 
 from mmiolab import BUILD, ROOT
@@ -129,26 +131,137 @@ class GradeTest(unittest.TestCase):
         self.assertEqual(again.stdout.count("already graded"), len(CLASS) + 1, again.stdout)
 
 
-class GradescopeTest(unittest.TestCase):
-    def setUp(self):
-        need_guest(self)
+def _answer_lines(spec) -> set[str]:
+    """Code lines a reference solution has and its starter lacks."""
+    main = spec.files[0]
+    with open(os.path.join(spec.dir, "starter", main)) as f:
+        starter = {line.strip() for line in f}
+    out = set()
+    for sol in os.listdir(os.path.join(spec.dir, "solutions")):
+        with open(os.path.join(spec.dir, "solutions", sol, main)) as f:
+            out |= {line.strip() for line in f if len(line.strip()) > 8
+                    and line.strip() not in starter}
+    return out
 
-    def test_autograder_layout(self):
-        with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as root:
-            os.makedirs(os.path.join(root, "submission"))
-            shutil.copy(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c"),
-                        os.path.join(root, "submission", "ringdrv.c"))
-            res = subprocess.run(["/usr/bin/python3", GRADE, "--lab", "doorbell", "--gradescope"],
-                                 env={**os.environ, "MMIOLAB_AUTOGRADER": root},
-                                 capture_output=True, text=True, timeout=300)
-            self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
-            with open(os.path.join(root, "results", "results.json")) as f:
-                data = json.load(f)
-        self.assertEqual(data["score"], 100)
+
+class GradescopeTest(unittest.TestCase):
+    """The autograder zip is what Gradescope takes (setup.sh and run_autograder at its
+    root), carries no answers, and its run_autograder grades a submission in an
+    /autograder layout (gradescope-autograders.readthedocs.io/en/latest/specs/)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from mmiolab import gradescope, labspec
+        cls.spec = labspec.load_lab("doorbell")
+        cls.tmp = tempfile.mkdtemp(prefix="gradescope-", dir=BUILD)
+        cls.zip = gradescope.pack(cls.spec, os.path.join(cls.tmp, "out"))
+        with zipfile.ZipFile(cls.zip) as z:
+            cls.members = {i.filename: (i, z.read(i)) for i in z.infolist()}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_layout(self):
+        for name in ("setup.sh", "run_autograder"):
+            info, data = self.members[name]
+            self.assertEqual((info.external_attr >> 16) & 0o777, 0o755, name)
+            path = os.path.join(self.tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            res = subprocess.run(["shellcheck", path], capture_output=True, text=True)
+            self.assertEqual(res.returncode, 0, res.stdout)
+        self.assertIn(b"--lab doorbell --gradescope", self.members["run_autograder"][1])
+        self.assertNotIn(b"--allow-unconfined-build", self.members["run_autograder"][1])
+        setup = self.members["setup.sh"][1].decode()
+        self.assertIn("make deps", setup)
+        self.assertIn("make kernel initramfs", setup)
+        for need in ("scripts/grade", "scripts/deps", "scripts/mmiolab/sandbox.py", "Makefile",
+                     "patches/series", "vm/kernel.config", "vm/init", "labs/lab.mk",
+                     "labs/doorbell/lab.toml", "labs/doorbell/ringdrv_ioctl.h",
+                     "labs/doorbell/starter/Kbuild", "labs/doorbell/tests/harness.sh",
+                     "labs/doorbell/tests/ringtest.c"):
+            self.assertIn(need, self.members)
+        res = subprocess.run(["make", "-n", "gradescope", "LAB=doorbell"], cwd=ROOT,
+                             capture_output=True, text=True)
+        self.assertIn("scripts/gradescope --lab doorbell", res.stdout)
+        report(f"autograder zip: {os.path.getsize(self.zip) >> 10} KiB, "
+               f"{len(self.members)} files")
+
+    def test_no_answers(self):
+        answers = _answer_lines(self.spec)
+        self.assertTrue(answers)
+        for name, (_, data) in self.members.items():
+            parts = name.split("/")
+            with self.subTest(name):
+                self.assertNotIn(parts[0], ("tests", "Documentation", ".git", "build"))
+                self.assertFalse({"solutions", "fixtures"} & set(parts), name)
+                self.assertNotIn(name, ("scripts/labstats", "scripts/handout", "scripts/demo",
+                                        "scripts/mmiolab/labtest.py"))
+                if parts[0] == "labs":         # (the kernel patches implement mmiowb())
+                    text = data.decode(errors="replace")
+                    self.assertEqual([a for a in answers if a in text], [], "gives it away")
+
+    def test_hidden_tests_programs_go_in_and_nothing_else(self):
+        """labs/LAB/hidden/: the autograder runs its programs; the handout has none
+        of it; notes, expected outputs or patches stay out of both."""
+        from mmiolab import gradescope, handout, labspec
+        kit = os.path.join(self.tmp, "kit")
+        files = handout.kit_files(ROOT)
+        for rel in files:
+            if os.path.isfile(os.path.join(ROOT, rel)):
+                os.makedirs(os.path.dirname(os.path.join(kit, rel)), exist_ok=True)
+                shutil.copy(os.path.join(ROOT, rel), os.path.join(kit, rel))
+        hidden = os.path.join(kit, "labs", "doorbell", "hidden")
+        for rel, text in {"race4.c": "int main(void) { return 0; }\n",
+                          "harness.sh": "#!/bin/sh\n", "hidden.toml": "x = 1\n",
+                          "ANSWERS.md": "mmiowb() before the unlock\n",
+                          "expected.txt": "ok 3 race\n", "wrong-fix.patch": "--- a\n",
+                          "solutions/x.c": "mmiowb();\n"}.items():
+            os.makedirs(os.path.dirname(os.path.join(hidden, rel)), exist_ok=True)
+            with open(os.path.join(hidden, rel), "w") as f:
+                f.write(text)
+        spec = labspec.load_lab("doorbell", os.path.join(kit, "labs"))
+        packed = gradescope.zip_members(spec, kit)
+        got = sorted(p for p in packed if "/hidden/" in p)
+        self.assertEqual(got, [f"labs/doorbell/hidden/{n}" for n in
+                               ("harness.sh", "hidden.toml", "race4.c")])
+        handed = handout.members(spec, handout.kit_files(kit))
+        self.assertEqual([p for p in handed if "hidden" in p], [])
+
+    def test_run_autograder_grades_a_submission(self):
+        need_guest(self)
+        root = os.path.join(self.tmp, "autograder")
+        with zipfile.ZipFile(self.zip) as z:
+            for info in z.infolist():
+                dest = os.path.join(root, "source", info.filename)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with open(dest, "wb") as f:
+                    f.write(z.read(info))
+                os.chmod(dest, (info.external_attr >> 16) & 0o777)
+        shutil.copy(os.path.join(root, "source", "run_autograder"), root)   # as Gradescope does
+        os.makedirs(os.path.join(root, "submission"))
+        shutil.copy(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c"),
+                    os.path.join(root, "submission", "ringdrv.c"))
+        # The kernel built here stands in for the one setup.sh builds in the image.
+        env = {**os.environ, "MMIOLAB_AUTOGRADER": root, "MMIOLAB_BUILD": BUILD}
+        t0 = time.monotonic()
+        res = subprocess.run([os.path.join(root, "run_autograder")], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=600,
+                             stdin=subprocess.DEVNULL)
+        seconds = time.monotonic() - t0
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        with open(os.path.join(root, "results", "results.json")) as f:
+            text = f.read()
+        data = json.loads(text)
+        self.assertEqual(data["score"], 100, text[:3000])
         self.assertEqual({t["name"] for t in data["tests"]},
                          {"build", "load_unload", "single_cpu", "race", "cost", "clean_log"})
         for t in data["tests"]:
             self.assertEqual(t["score"], t["max_score"], t)
+        for host in (ROOT, BUILD, root):
+            self.assertNotIn(host, text)
+        report(f"run_autograder: {seconds:.1f}s (mmiowb solution, 100/100)")
 
 
 if __name__ == "__main__":

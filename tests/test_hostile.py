@@ -27,9 +27,9 @@ import unittest
 import zipfile
 
 from mmiolab import BUILD, ROOT, kernel, labspec, sandbox
-from mmiolab.grade import GradeOptions, grade_batch
+from mmiolab.grade import GradeOptions, entries_for, grade_batch
 from mmiolab.lab import KERNEL_TREE, confinement, scratch_root
-from vmtest import need_guest, report
+from vmtest import report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
 PR_SET_CHILD_SUBREAPER = 36
@@ -191,3 +191,543 @@ class SandboxTest(unittest.TestCase):
             self.assertIn("cannot confine", res.stderr)
             self.assertIn("--allow-unconfined-build", res.stderr)
             self.assertEqual(os.listdir(out), [])
+
+
+# ---------------------------------------------------------------------------- corpus
+
+PROBE_END = "\tdev_info(dev, \"ring of %d descriptors, irq %d\\n\", RING_ENTRIES, irq);\n"
+IOCTL_START = "\tswitch (op) {\n\tcase RINGDRV_SUBMIT:\n"
+INCLUDES_END = '#include "ringdrv_ioctl.h"\n'
+MISC_START = "\trd->misc.minor = MISC_DYNAMIC_MINOR;\n"
+
+
+def starter() -> str:
+    with open(os.path.join(LAB, "starter", "ringdrv.c")) as f:
+        return f.read()
+
+
+def solution() -> str:
+    with open(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c")) as f:
+        return f.read()
+
+
+def probe_adds(code: str, head: str = "", tail: str = "", decl: str = "") -> str:
+    """The starter with `code` at the end of probe(), `head` before it, `decl` after
+    its #includes, `tail` after it."""
+    s = starter()
+    assert PROBE_END in s and INCLUDES_END in s
+    s = s.replace(INCLUDES_END, INCLUDES_END + decl, 1)
+    return head + s.replace(PROBE_END, PROBE_END + code, 1) + tail
+
+
+def asm_in_probe(asm: str) -> str:
+    return probe_adds(f"\tasm volatile({json.dumps(asm)});\n")
+
+
+THIEF = r"""
+#include <linux/sched.h>
+#include <linux/mm_types.h>
+
+/* Look for the run's nonce where the issue found it: the caller's argv and
+ * environment (insmod's, then the test program's). */
+static void thief(const char *who)
+{
+	static char buf[4096];
+	struct mm_struct *mm = current->mm;
+	unsigned long start, end, n, i, run;
+	int r;
+
+	if (!mm)
+		return;
+	for (r = 0; r < 2; r++) {
+		start = r ? mm->env_start : mm->arg_start;
+		end = r ? mm->env_end : mm->arg_end;
+		n = end - start < sizeof(buf) ? end - start : sizeof(buf) - 1;
+		if (copy_from_user(buf, (void __user *)start, n))
+			continue;
+		for (i = 0, run = 0; i < n; i++) {
+			char c = buf[i];
+
+			if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))
+				run++;
+			else
+				run = 0;
+			if (run >= 16 || (i >= 5 && buf[i - 5] == 'N' && buf[i - 4] == 'O' &&
+					 buf[i - 3] == 'N' && buf[i - 2] == 'C' &&
+					 buf[i - 1] == 'E' && c == '=')) {
+				pr_emerg("THIEF %s: FOUND %.40s\n", who, buf + i - (run >= 16 ? 15 : 5));
+				return;
+			}
+		}
+	}
+	pr_emerg("THIEF %s: nothing\n", who);
+}
+"""
+
+
+class Case:
+    def __init__(self, label, verdict, make, check=None, vm=False, sid=None):
+        self.label, self.verdict, self.make, self.check, self.vm = label, verdict, make, check, vm
+        self.sid = sid or re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:60]
+
+
+def c_file(text):
+    def make(path):
+        with open(path + ".c", "w") as f:
+            f.write(text)
+        return path + ".c"
+    return make
+
+
+def zip_of(members, patch=None):
+    """members: (name, bytes) or ZipInfo with bytes; patch(raw bytes) -> raw bytes."""
+    def make(path):
+        with zipfile.ZipFile(path + ".zip", "w", zipfile.ZIP_DEFLATED) as z:
+            for m in members:
+                z.writestr(*m)
+        if patch:
+            with open(path + ".zip", "rb") as f:
+                raw = f.read()
+            with open(path + ".zip", "wb") as f:
+                f.write(patch(raw))
+        return path + ".zip"
+    return make
+
+
+def tar_of(members, suffix=".tar.gz", mode="w:gz"):
+    def make(path):
+        with tarfile.open(path + suffix, mode) as t:
+            for ti, data in members:
+                t.addfile(ti, io.BytesIO(data) if data is not None else None)
+        return path + suffix
+    return make
+
+
+def tinfo(name, size=0, kind=tarfile.REGTYPE, link=""):
+    ti = tarfile.TarInfo(name)
+    ti.size, ti.type, ti.linkname, ti.mode = size, kind, link, 0o644
+    return ti
+
+
+def eocd_claims_one(raw: bytes) -> bytes:
+    i = raw.rfind(b"PK\x05\x06")
+    return raw[:i + 8] + struct.pack("<HH", 1, 1) + raw[i + 12:]
+
+
+def lying_sizes(raw: bytes) -> bytes:
+    """Every size field of a one-member zip says 100 bytes."""
+    loc = raw.find(b"PK\x03\x04")
+    raw = raw[:loc + 22] + struct.pack("<I", 100) + raw[loc + 26:]
+    cen = raw.find(b"PK\x01\x02")
+    return raw[:cen + 24] + struct.pack("<I", 100) + raw[cen + 28:]
+
+
+def xz_big_dictionary(path):
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as t:
+        src = starter().encode()
+        t.addfile(tinfo("ringdrv.c", len(src)), io.BytesIO(src))
+    out = subprocess.run(["xz", "--format=xz", "--lzma2=dict=1536MiB", "-c"],
+                         input=data.getvalue(), capture_output=True, check=True).stdout
+    with open(path + ".tar.xz", "wb") as f:
+        f.write(out)
+    return path + ".tar.xz"
+
+
+def gz_bomb(path):
+    """A tar.gz whose one member is 64 MiB of zeros (over the 32 MiB total cap)."""
+    with tarfile.open(path + ".tgz", "w:gz", compresslevel=1) as t:
+        size = 64 << 20
+        t.addfile(tinfo("ringdrv.c", size), io.BytesIO(b"\0" * size))
+    return path + ".tgz"
+
+
+def folder_with_link(target):
+    def make(path):
+        os.makedirs(path)
+        os.symlink(target, os.path.join(path, "ringdrv.c"))
+        return path
+    return make
+
+
+def folder_named(name, text):
+    """A class entry with a name of the grader's own (gradebook.csv)."""
+    def make(path):
+        folder = os.path.join(os.path.dirname(path), name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "ringdrv.c"), "w") as f:
+            f.write(text)
+        return folder
+    return make
+
+
+def relative_probe() -> str:
+    lines = []
+    for k in range(9):
+        for rel in ("solutions/mmiowb/ringdrv.c", "labs/doorbell/solutions/mmiowb/ringdrv.c",
+                    "doorbell/solutions/mmiowb/ringdrv.c"):
+            p = "../" * k + rel
+            lines += [f'#{"if" if not lines else "elif"} __has_include("{p}")', f'#include "{p}"']
+    return "\n".join(lines) + '\n#else\n#error "no solution visible"\n#endif\n'
+
+
+def expansion_bomb() -> str:
+    out = ["#define A0 1"] + [f"#define A{i} A{i - 1},A{i - 1}" for i in range(1, 41)]
+    return "\n".join(out) + "\nint bomb[] = { A40 };\n"
+
+
+def message_bomb() -> str:
+    out = ['#define M0 _Pragma("message \\"flood flood flood flood flood flood flood\\"")']
+    out += [f"#define M{i} " + " ".join([f"M{i - 1}"] * 10) for i in range(1, 7)]
+    return "\n".join(out) + "\nM6\n"
+
+
+def no_text(*needles):
+    """A check: none of these strings in what the student sees."""
+    def check(t, doc, summary, out_dir):
+        seen = json.dumps(doc) + summary
+        for n in needles:
+            t.assertNotIn(n, seen)
+    return check
+
+
+def says(*words):
+    def check(t, doc, summary, out_dir):
+        for w in words:
+            t.assertIn(w, summary)
+    return check
+
+
+def console_says(*words):
+    def check(t, doc, summary, out_dir):
+        with open(os.path.join(out_dir, "console.log"), errors="replace") as f:
+            console = f.read()
+        for w in words:
+            t.assertIn(w, console)
+        with open(os.path.join(out_dir, "channel.log"), errors="replace") as f:
+            nonce = f.readline().split(" ", 1)[0]
+        t.assertGreaterEqual(len(nonce), 32)
+        t.assertNotIn(nonce, console, "the nonce reached the console")
+    return check
+
+
+def scores(**want):
+    def check(t, doc, summary, out_dir):
+        got = {x["name"]: x["score"] for x in doc["tests"]}
+        for k, v in want.items():
+            t.assertEqual(got[k], v, (k, got))
+    return check
+
+
+def all_of(*checks):
+    def check(*a):
+        for c in checks:
+            c(*a)
+    return check
+
+
+def corpus() -> list[Case]:
+    sol = os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c")
+    shadow_like = "root:"
+    C = [
+        # -- intake: crafted archives
+        Case("zip whose end record claims 1 entry, 600 in its directory", "too-many-members",
+             zip_of([(f"f{i}", b"x") for i in range(600)] + [("ringdrv.c", starter())],
+                    eocd_claims_one)),
+        Case("tar.xz whose header asks for a 1.5 GiB dictionary", "archive-too-large",
+             xz_big_dictionary),
+        Case("tar.gz bomb: one member of 64 MiB of zeros", "archive-too-large", gz_bomb),
+        Case("zip whose local header says ../../x.c where the directory says ringdrv.c",
+             "unreadable", zip_of([("ringdrv.c", starter())],
+                                  lambda raw: raw.replace(b"ringdrv.c", b"../../x.c", 1))),
+        Case("zip whose size fields lie (100 bytes; 1 MiB inflated)", "unreadable",
+             zip_of([("ringdrv.c", starter() + "/*" + "x" * (1 << 20) + "*/")], lying_sizes)),
+        Case("zip with ringdrv.c as a symbolic link to the solution", "symlink",
+             zip_of([(_link_info("ringdrv.c"), sol)])),
+        Case("tar with ringdrv.c a hard link to the kit's solution", "hardlink",
+             tar_of([(tinfo("ringdrv.c", kind=tarfile.LNKTYPE, link=sol), None)])),
+        Case("folder whose ringdrv.c links to /dev/zero", "symlink", folder_with_link("/dev/zero")),
+        Case("ringdrv.c that is really a zip (polyglot)", "binary-file",
+             lambda p: _zip_named_c(p)),
+        Case("ringdrv.c only inside a zip inside the zip", "missing-file",
+             zip_of([("inner.zip", _zip_bytes([("ringdrv.c", starter())]))])),
+        # -- build: reading the kit and the host
+        Case("#include the solution by relative paths, probed with __has_include",
+             "build-failed", c_file(relative_probe()), says("no solution visible")),
+        Case("#include the solution by absolute path", "build-failed",
+             c_file(f'#include "{sol}"\n'), no_text("mmiowb();")),
+        Case("#include </etc/shadow>", "build-failed", c_file("#include </etc/shadow>\n"),
+             no_text(shadow_like)),
+        Case(".incbin the solution and print it from probe()", "build-failed",
+             c_file(probe_adds('\tpr_err("%s", leaked);\n',
+                               head=f'asm(".section .rodata\\n.globl leaked\\nleaked:\\n'
+                                    f'.incbin \\"{sol}\\"\\n.byte 0\\n.previous");\n'
+                                    f'extern const char leaked[];\n')),
+             no_text("mmiowb();")),
+        Case(".incbin /etc/passwd", "build-failed",
+             c_file(probe_adds("", head='asm(".section .rodata\\n.incbin \\"/etc/passwd\\"\\n'
+                                        '.previous");\n')), no_text("root:x:0:0")),
+        Case("#include /proc/self/environ", "build-failed",
+             c_file('#include "/proc/self/environ"\n')),
+        Case("#include /dev/stdin (the grader's stdin)", "build-failed",
+             c_file('#include "/dev/stdin"\nthis is not C;\n')),
+        Case("kallsyms_lookup_name (not exported: modpost refuses)", "build-failed",
+             c_file(probe_adds('\tpr_info("%lx", kallsyms_lookup_name("mmiosim_flush"));\n',
+                               head="unsigned long kallsyms_lookup_name(const char *name);\n"))),
+        # -- build: bombs
+        Case("#include __FILE__ twice per level (2^200 inclusions)", "build-failed",
+             c_file("#if __INCLUDE_LEVEL__ < 190\n#include __FILE__\n#include __FILE__\n#endif\n"),
+             says("did not finish")),
+        Case("macro expansion bomb (2^40 tokens)", "build-failed", c_file(expansion_bomb())),
+        Case("a 1 GiB initialized array (object file over the size limit)", "build-failed",
+             c_file(probe_adds("\tpr_info(\"%d\", big[irq]);\n",
+                               head="static char big[1u << 30] = { 1 };\n"))),
+        Case("a million #pragma message (output bomb)", "build-failed", c_file(message_bomb()),
+             says("printed more than")),
+        # -- symbols
+        Case("weak import with __attribute__((weak))", "forbidden-symbols",
+             c_file(probe_adds("\tif (mmiosim_flush)\n\t\tmmiosim_flush();\n",
+                               head="#include <linux/mmiosim.h>\nextern void mmiosim_flush(void)"
+                                    " __attribute__((weak));\n",
+                               tail="MODULE_IMPORT_NS(MMIOSIM);\n")), says("mmiosim_flush")),
+        Case("weak import with #pragma weak", "forbidden-symbols",
+             c_file(probe_adds("\tif (mmiosim_flush)\n\t\tmmiosim_flush();\n",
+                               head="#include <linux/mmiosim.h>\n#pragma weak mmiosim_flush\n",
+                               tail="MODULE_IMPORT_NS(MMIOSIM);\n")), says("weak")),
+        Case("weak import of an allowed symbol (msleep)", "forbidden-symbols",
+             c_file(probe_adds("\tmsleep(1);\n", head="#include <linux/delay.h>\n"
+                                                     "#pragma weak msleep\n")), says("msleep")),
+        Case("asm label: sneaky_flush() is mmiosim_flush", "forbidden-symbols",
+             c_file(probe_adds("\tsneaky_flush();\n",
+                               head='extern void sneaky_flush(void) asm("mmiosim_flush");\n',
+                               tail="MODULE_IMPORT_NS(MMIOSIM);\n")), says("mmiosim_flush")),
+        Case("an absolute symbol at a fixed address, then called", "forbidden-symbols",
+             c_file(probe_adds("\tfixed_fn();\n",
+                               head='asm(".globl fixed_fn\\n.set fixed_fn, 0xffffffff81000000");'
+                                    '\nextern void fixed_fn(void);\n')), says("absolute")),
+        Case("kernel-thread fork bomb", "forbidden-symbols",
+             c_file(probe_adds("\tfor (;;)\n\t\tkthread_run(bomb, NULL, \"bomb\");\n",
+                               head="#include <linux/kthread.h>\nstatic int bomb(void *d) "
+                                    "{ for (;;) kthread_run(bomb, d, \"bomb\"); return 0; }\n")),
+             says("kthread_create_on_node")),
+        Case("user-mode helper fork bomb", "forbidden-symbols",
+             c_file(probe_adds('\t{\n\t\tchar *argv[] = { "/bin/sh", "-c", ":(){ :|:& };:", NULL };'
+                               '\n\t\tcall_usermodehelper(argv[0], argv, NULL, UMH_NO_WAIT);\n\t}\n',
+                               head="#include <linux/umh.h>\n")), says("call_usermodehelper")),
+        Case("read /proc/cmdline from saved_command_line (not exported)", "build-failed",
+             c_file(probe_adds('\tpr_err("%s", saved_command_line);\n',
+                               head="#include <linux/init.h>\n")), says("saved_command_line")),
+        Case("open /job/nonce with filp_open", "forbidden-symbols",
+             c_file(probe_adds('\tfilp_close(filp_open("/job/nonce", O_RDONLY, 0), NULL);\n',
+                               head="#include <linux/fs.h>\n")), says("filp_open")),
+        # -- code
+        Case("the issue's exploit: nonce from insmod's environment, KTAP by outb, "
+             "isa-debug-exit", "forbidden-code",
+             c_file(probe_adds('\tthief("insmod");\n\toutb(\'o\', 0x2f8);\n\toutb(0, 0xf4);\n',
+                               decl=THIEF)), says("port I/O")),
+        Case("port I/O hidden as raw bytes", "forbidden-code", c_file(asm_in_probe(
+            ".byte 0xe6, 0xf4")), says("port I/O")),
+        Case("wrmsr", "forbidden-code", c_file(probe_adds(
+            '\tasm volatile("wrmsr" : : "c"(0x10), "a"(0), "d"(0));\n')), says("MSR")),
+        Case("clear CR0.WP to write kernel text", "forbidden-code", c_file(probe_adds(
+            '\t{\n\t\tunsigned long cr0;\n\t\tasm volatile("mov %%cr0, %0" : "=r"(cr0));\n'
+            '\t\tasm volatile("mov %0, %%cr0" : : "r"(cr0 & ~0x10000UL));\n\t}\n')),
+             says("control or debug register")),
+        Case("int $0x80 from ring 0", "forbidden-code", c_file(asm_in_probe("int $0x80")),
+             says("software interrupt")),
+        Case("hlt", "forbidden-code", c_file(asm_in_probe("hlt")), says("hlt")),
+        Case("vmcall (a hypercall to QEMU)", "forbidden-code", c_file(asm_in_probe("vmcall")),
+             says("hypercall")),
+        Case("sidt (the IDT's address: the kernel's base)", "forbidden-code", c_file(probe_adds(
+            '\t{\n\t\tstruct { u16 limit; u64 base; } __packed idt;\n'
+            '\t\tasm volatile("sidt %0" : "=m"(idt));\n\t\tpr_info("%llx", idt.base);\n\t}\n')),
+             says("descriptor tables")),
+        Case("call a constant kernel address", "forbidden-code", c_file(probe_adds(
+            "\t((void (*)(void))0xffffffff81234560UL)();\n")), says("constant kernel address")),
+        Case("indirect call through a fixed address", "forbidden-code",
+             c_file(asm_in_probe("call *0xffffffff81000000")), says("fixed address")),
+        Case("jump into the middle of an instruction (hidden out)", "forbidden-code",
+             c_file(asm_in_probe("jmp 1f+1\n1: .byte 0xb8, 0xe6, 0xf4, 0x90, 0x90")),
+             says("middle of an instruction")),
+        Case("300 KiB of code", "forbidden-code", c_file(probe_adds(
+            "", head='asm(".pushsection .text.big, \\"ax\\"\\n.fill 300000, 1, 0x90\\n'
+                     '.popsection");\n')), says("bytes of code")),
+        Case("a writable and executable section", "forbidden-code", c_file(probe_adds(
+            "", head='asm(".pushsection .wx, \\"awx\\"\\n.byte 0xc3\\n.popsection");\n')),
+             says("writable and executable")),
+        Case("a student id that is the gradebook's name", "build-failed",
+             folder_named("gradebook.csv", "not C at all\n"), says("gradebook.csv~2")),
+        # -- run in the guest
+        Case("nonce thief: insmod's and the test program's argv and environment", "graded",
+             c_file(probe_adds('\tthief("insmod");\n', decl=THIEF).replace(
+                 IOCTL_START, '\tif (!READ_ONCE(stolen)) {\n\t\tWRITE_ONCE(stolen, 1);\n'
+                              '\t\tthief("ringtest");\n\t}\n' + IOCTL_START, 1).replace(
+                 "static void thief", "static int stolen;\nstatic void thief", 1)),
+             console_says("THIEF insmod: nothing", "THIEF ringtest: nothing"), vm=True),
+        # (The racy starter fails its race test in nearly every run, not every one: the
+        # cases below fail, or not, in ways that do not depend on it.)
+        Case("forged KTAP and a forged end line on the console, then no driver", "graded",
+             c_file(starter().replace(MISC_START, '\tpr_emerg("KTAP version 1\\n1..4\\n'
+                                      'ok 1 load_unload\\nok 2 single_cpu\\nok 3 race\\n'
+                                      'ok 4 cost\\n0123456789abcdef0123456789abcdef # mmiolab'
+                                      ' harness: end\\n");\n\treturn -ENODEV;\n' + MISC_START,
+                                      1)),
+             scores(load_unload=0, single_cpu=0, race=0, cost=0), vm=True),
+        Case("return address and an indirect call: runs, flagged", "graded",
+             c_file(probe_adds('\tpr_info("called from %px\\n", __builtin_return_address(0));'
+                               '\n\thook();\n',
+                               head="static void noop(void) { }\n"
+                                    "static void (*volatile hook)(void) = noop;\n")),
+             all_of(scores(load_unload=10), says("indirect calls", "__builtin_return_address")),
+             vm=True),
+        Case("the solution in a zip full of traversal, build files and junk", "graded",
+             zip_of([("student/ringdrv.c", solution()), ("../../../../tmp/mmiolab-pwned", "x"),
+                     ("/etc/cron.d/mmiolab-pwned", "x"), ("student/Makefile", "all:\n\trm -rf /\n"),
+                     ("__MACOSX/student/._ringdrv.c", "junk")]),
+             all_of(scores(race=40, cost=10), says("path-traversal", "absolute-path")), vm=True),
+    ]
+    return C
+
+
+def _link_info(name):
+    zi = zipfile.ZipInfo(name)
+    zi.create_system = 3
+    zi.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return zi
+
+
+def _zip_bytes(members):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for m in members:
+            z.writestr(*m)
+    return buf.getvalue()
+
+
+def _zip_named_c(path):
+    with open(path + ".c", "wb") as f:
+        f.write(_zip_bytes([("ringdrv.c", starter())]))
+    return path + ".c"
+
+
+class CorpusTest(unittest.TestCase):
+    """Each hostile submission gets its verdict; no process outlives the grading;
+    nothing outside the scratch and output folders changes; what a student sees
+    names no host path."""
+
+    @classmethod
+    def setUpClass(cls):
+        for path in (kernel.BZIMAGE, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
+            if not os.path.exists(path):
+                raise AssertionError(f"{path} missing: run 'make kernel initramfs' first")
+        ok, why = confinement()
+        if not ok:
+            raise AssertionError(f"builds cannot be confined on this machine: {why}")
+        cls.tmp = tempfile.mkdtemp(prefix="hostile-", dir=BUILD)
+        cls.klass = os.path.join(cls.tmp, "class")
+        cls.out = os.path.join(cls.tmp, "out")
+        cls.sentinel = os.path.join(cls.tmp, "sentinel")
+        os.makedirs(cls.klass)
+        os.makedirs(cls.sentinel)
+        with open(os.path.join(cls.sentinel, "keep.txt"), "w") as f:
+            f.write("do not touch\n")
+        cls.cases = corpus()
+        paths = {c.make(os.path.join(cls.klass, c.sid)): c for c in cls.cases}
+        spec = labspec.load_lab("doorbell")
+        # Ids as scripts/grade gives them (the gradebook.csv case must get another).
+        cls.entries = entries_for(spec, [cls.klass])
+        for sid, path in cls.entries:
+            paths[path].sid = sid
+        cls.entries = [next(e for e in cls.entries if e[0] == c.sid) for c in cls.cases]
+        # Bombs run until the build timeout: keep it short here.
+        cls.spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits,
+                                                                        build_timeout=20))
+        # What a hostile build would want to change (the answers), what it was
+        # given (the class folder), and a bystander. (Not all of labs/: others
+        # may be editing it while the suite runs.)
+        watched = [cls.klass, cls.sentinel] + [
+            os.path.join(ROOT, "labs", lab, d) for lab in labspec.lab_names()
+            for d in ("solutions", "fixtures")]
+        cls.before = {w: tree_state(w) for w in watched}
+        kernel_files = (os.path.join(kernel.OBJ, "Module.symvers"),
+                        os.path.join(kernel.OBJ, ".config"))
+        cls.kernel_before = {p: os.stat(p).st_mtime_ns for p in kernel_files}
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        cls.timing = {}
+        try:
+            for group in (False, True):
+                todo = [e for c, e in zip(cls.cases, cls.entries) if c.vm == group]
+                opts = GradeOptions(seeds=[1], out=cls.out)
+                t0 = time.monotonic()
+                grade_batch(cls.spec, todo, opts, jobs=2, progress=lambda line: None)
+                cls.timing["guest" if group else "no guest"] = time.monotonic() - t0
+                reap()
+                cls.leftover = descendants()
+                if cls.leftover:
+                    break
+        finally:
+            prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        cls.after = {w: tree_state(w) for w in watched}
+        cls.kernel_after = {p: os.stat(p).st_mtime_ns for p in kernel_files}
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def result(self, sid):
+        with open(os.path.join(self.out, sid, "results.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(self.out, sid, "summary.txt")) as f:
+            return doc, f.read()
+
+    def test_corpus_is_big_and_varied(self):
+        self.assertGreaterEqual(len(self.cases), 30)
+        self.assertGreaterEqual(len({c.verdict for c in self.cases}), 8)
+        self.assertLessEqual(sum(c.vm for c in self.cases), 5, "most are stopped before a guest")
+
+    def test_each_verdict(self):
+        rows = []
+        for c in self.cases:
+            with self.subTest(c.label):
+                doc, summary = self.result(c.sid)
+                extra = doc["extra_data"]["mmiolab"]
+                rows.append(f"{c.label[:70]:70} {extra['verdict']:18} "
+                            f"{extra['execution_time']:5.1f}s")
+                self.assertEqual(extra["verdict"], c.verdict, summary)
+                if c.verdict != "graded":
+                    self.assertEqual(doc["score"], 0, summary)
+                if c.check:
+                    c.check(self, doc, summary, os.path.join(self.out, c.sid))
+        report("hostile corpus (submission, verdict, seconds):\n     " + "\n     ".join(rows)
+               + f"\n     batches: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timing.items()))
+
+    def test_no_process_outlives_a_build_or_a_run(self):
+        self.assertEqual(self.leftover, [])
+
+    def test_nothing_outside_scratch_changed(self):
+        for w in self.before:
+            self.assertEqual(self.before[w], self.after[w], w)
+        self.assertEqual(self.kernel_before, self.kernel_after)
+        for p in ("/tmp/mmiolab-pwned", "/etc/cron.d/mmiolab-pwned",
+                  os.path.join(self.tmp, "x.c")):
+            self.assertFalse(os.path.lexists(p), p)
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         sorted(["gradebook.csv", "gradebook.csv.lock"] +
+                                [c.sid for c in self.cases]))
+
+    def test_student_outputs_name_no_host_path(self):
+        for c in self.cases:
+            for name in ("results.json", "summary.txt"):
+                with open(os.path.join(self.out, c.sid, name)) as f:
+                    text = f.read()
+                for host in (ROOT, BUILD, self.tmp, kernel.SRC):
+                    with self.subTest(c.label, file=name, path=host):
+                        self.assertNotIn(host, text)
+
+    def test_gradebook_has_every_row(self):
+        import csv
+        with open(os.path.join(self.out, "gradebook.csv")) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(sorted(r["student"] for r in rows), sorted(c.sid for c in self.cases))

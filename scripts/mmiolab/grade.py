@@ -112,6 +112,28 @@ def _replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
     return rep
 
 
+def entries_for(spec: LabSpec, paths: list[str]) -> list[tuple[str, str]]:
+    """(student id, path) pairs for the command line's submissions; a folder without
+    the lab's files is a class folder (one student per child). Ids are unique over
+    the whole list and never a name the output folder uses itself."""
+    out = []
+    for p in paths:
+        p = os.path.abspath(p)
+        is_class = os.path.isdir(p) and not any(
+            os.path.exists(os.path.join(p, f)) for f in spec.files) and any(
+            os.path.isdir(os.path.join(p, c)) or c.endswith((".zip", ".tar.gz", ".tgz", ".tar", ".c"))
+            for c in os.listdir(p))
+        if is_class:
+            out += [(e.student_id, e.path) for e in submission.expand_class(p)]
+        else:
+            name = os.path.basename(p.rstrip("/"))
+            for ext in (".tar.gz", ".tgz", ".tar", ".zip", ".c"):
+                name = name.removesuffix(ext)
+            out.append((submission.safe_id(name or "submission"), p))
+    ids = submission.unique_ids([sid for sid, _ in out])
+    return [(sid, p) for sid, (_, p) in zip(ids, out)]
+
+
 def display_name(path: str) -> str:
     """How a submission is named in what its student sees: its own name, no folders."""
     return submission.printable(os.path.basename(os.path.normpath(path))) or "submission"
@@ -143,7 +165,8 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
            work: str) -> report.GradeResult:
     intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"), bounded=True)
     if not intake.ok:
-        return report.not_graded(spec, sub_id, intake.verdict, intake.describe())
+        shown = intake.describe().replace(submission.printable(path), display_name(path))
+        return report.not_graded(spec, sub_id, intake.verdict, build_text(shown))
     notes = [f"ignored {i.source}: {i.reason}" for i in intake.ignored]
     flags = []
     for taken in intake.taken:
@@ -163,20 +186,16 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                                  flags=flags)
     with open(built.ko, "rb") as f:
         found = objcheck.check_elf(f.read(), spec.symbol_allowed)
-    if found.refused:
-        return report.not_graded(spec, sub_id, "forbidden-symbols",
-                                 "the module was not run: " + "; ".join(found.refused),
-                                 notes=notes, flags=flags)
-    try:
-        found = objcheck.check_code(objcheck.parse_objdump(
-            disassemble(built.ko, confined=opts.confined)))
-    except BuildFailed as e:
-        found = objcheck.Findings(refused=[str(e)])
+    if not found.verdict:
+        try:
+            found = objcheck.check_code(objcheck.parse_objdump(
+                disassemble(built.ko, confined=opts.confined)))
+        except BuildFailed as e:
+            found = objcheck.Findings(refused=[str(e)])
     flags += found.flags
-    if found.refused:
-        return report.not_graded(spec, sub_id, "forbidden-code",
-                                 "the module was not run: it holds " + "; ".join(found.refused),
-                                 notes=notes, flags=flags)
+    if found.verdict:
+        return report.not_graded(spec, sub_id, found.verdict,
+                                 "the module was not run: " + found.why, notes=notes, flags=flags)
     build_ok = not built.warnings
     host = {"build": _host_outcome(
         spec, "build", build_ok,

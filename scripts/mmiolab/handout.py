@@ -5,7 +5,8 @@ needs to build the lab VM, break and fix the driver and self-check it:
 
   Makefile, README.md, scripts/, vm/, patches/   the kit, to build the VM and grade
                                                (not the instructor's tools)
-  labs/lab.mk, labs/LAB/                       the lab, without solutions/ and fixtures/
+  labs/lab.mk, labs/LAB/                       the lab, without solutions/, fixtures/ and
+                                               hidden/ (the grader's hidden tests)
   labs/OTHER/lab.toml                          a lab whose allow-list LAB borrows
   docs/                                        the student edition of the HTML pages
   HANDOUT.md                                   what to do, and what is left out
@@ -33,8 +34,11 @@ from .labspec import LabSpec
 # sources, the test suite, CI) stays with the instructor.
 KIT_DIRS = ("scripts", "vm", "patches")
 KIT_FILES = ("Makefile", "README.md", os.path.join("labs", "lab.mk"))
-# Never in a handout, wherever they appear in a lab.
-SECRET_DIRS = ("solutions", "fixtures")
+# What gives a lab's answers away: never handed out, never in an autograder.
+ANSWER_DIRS = ("solutions", "fixtures")
+# Never in a handout, wherever they appear in a lab (the autograder carries hidden/'s
+# programs: gradescope.py).
+SECRET_DIRS = ANSWER_DIRS + ("hidden",)
 # Instructor tools: they run the solutions and fixtures, or pack handouts.
 INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scripts/trace-timeline",
                     "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py")

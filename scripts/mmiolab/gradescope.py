@@ -1,0 +1,128 @@
+"""The Gradescope autograder of a lab: the zip that Gradescope's "Configure
+Autograder" page takes.
+
+Gradescope unpacks the zip into /autograder/source of a fresh image, runs
+setup.sh there once as root, copies run_autograder to /autograder, and then,
+for each submission, puts the student's files in /autograder/submission, runs
+/autograder/run_autograder and reads /autograder/results/results.json
+(gradescope-autograders.readthedocs.io/en/latest/specs/). So the zip holds, at
+its root:
+
+  setup.sh           installs the kit's Debian packages (scripts/deps), builds
+                     the lab kernel and the guest's initramfs, once
+  run_autograder     scripts/grade --lab LAB --gradescope
+  the kit            what the student handout has (scripts/ without the
+                     instructor's tools, vm/, patches/, Makefile, the lab
+                     without solutions/ and fixtures/, lab.toml without its
+                     opening comment), plus the lab's hidden tests' programs
+
+Hidden tests (labs/LAB/hidden/) are run by the grader and left out of the
+student handout. Their programs must be in the autograder, but nothing that
+says what the fix is: from hidden/ only programs are packed (*.c, *.h, *.sh,
+*.toml); notes, expected outputs, patches or anything else stay out. Nothing
+from solutions/ or fixtures/ is packed, wherever it sits, and a link into them
+stops the packing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+import zipfile
+
+from . import BUILD, ROOT
+from .handout import ANSWER_DIRS, HandoutError, kit_files, kit_time, members, student_toml
+from .labspec import LabSpec
+
+HIDDEN = "hidden"
+HIDDEN_PROGRAMS = (".c", ".h", ".sh", ".toml")
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, while it builds the autograder's image:
+# the kit's Debian packages, then the lab kernel and the guest, so that no
+# submission waits for a kernel build.
+set -euo pipefail
+cd "$(dirname "${{BASH_SOURCE[0]}}")"
+# shellcheck disable=SC1091 # the image's own file
+. /etc/os-release
+if [ "${{ID:-}}" != debian ] || [ "${{VERSION_ID:-}}" != 12 ]; then
+	echo "mmiolab: this autograder needs a Debian 12 image, not ${{PRETTY_NAME:-this one}}:" >&2
+	echo "mmiolab: the lab kernel's source and the kit's tools are Debian 12 packages" >&2
+	exit 1
+fi
+make deps
+make kernel initramfs
+# Tell the instructor now (in the image's build log) whether builds can be confined.
+/usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
+from mmiolab.lab import confinement
+ok, why = confinement()
+print("mmiolab: module builds are confined" if ok else "mmiolab: WARNING: module builds "
+      "cannot be confined in this image: " + why)'
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Gradescope runs this for each submission: grade /autograder/submission into
+# /autograder/results/results.json. MMIOLAB_AUTOGRADER moves /autograder (tests).
+set -euo pipefail
+root=${{MMIOLAB_AUTOGRADER:-/autograder}}
+exec /usr/bin/python3 "$root/source/scripts/grade" --lab {lab} --gradescope{flags}
+"""
+
+
+def zip_members(spec: LabSpec, root: str = ROOT) -> list[str]:
+    """The kit files the autograder of `spec` carries (paths relative to root)."""
+    files = kit_files(root)
+    keep = members(spec, [f for f in files if not _in_hidden(spec, f)])
+    for path in files:
+        if _in_hidden(spec, path) and path.endswith(HIDDEN_PROGRAMS) \
+                and not set(path.split(os.sep)) & set(ANSWER_DIRS):
+            keep.append(path)
+    return sorted(keep)
+
+
+def _in_hidden(spec: LabSpec, path: str) -> bool:
+    return path.startswith(os.path.join("labs", spec.name, HIDDEN) + os.sep)
+
+
+def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool = False) -> str:
+    """Write out_dir/mmiolab-LAB-autograder.zip (atomically); returns its path."""
+    when = time.localtime(max(kit_time(root), 315532800))[:6]      # zip dates start in 1980
+    entries: list[tuple[str, bytes, int]] = []
+    for path in zip_members(spec, root):
+        src = os.path.join(root, path)
+        if os.path.islink(src):
+            real = os.path.realpath(src)
+            if not real.startswith(os.path.realpath(root) + os.sep) or \
+                    set(os.path.relpath(real, root).split(os.sep)) & set(ANSWER_DIRS):
+                raise HandoutError(f"{path}: links to {real}, which an autograder cannot carry")
+            src = real
+        if not os.path.isfile(src):
+            continue
+        with open(src, "rb") as f:
+            data = f.read()
+        if os.path.basename(path) == "lab.toml":
+            data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
+        entries.append((path, data, 0o755 if os.access(src, os.X_OK) else 0o644))
+    flags = " --allow-unconfined-build" if allow_unconfined else ""
+    entries += [("setup.sh", SETUP_SH.format().encode(), 0o755),
+                ("run_autograder", RUN_AUTOGRADER.format(lab=spec.name, flags=flags).encode(),
+                 0o755)]
+    os.makedirs(out_dir, exist_ok=True)
+    final = os.path.join(out_dir, f"mmiolab-{spec.name}-autograder.zip")
+    tmp = final + ".part"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for name, data, mode in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=when)
+            info.create_system = 3                    # Unix: keep the modes
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    os.replace(tmp, final)
+    return final
+
+
+def default_out() -> str:
+    return os.path.join(BUILD, "gradescope")
