@@ -2,6 +2,7 @@
 explained, the batch never stopped, outputs in every format, resume."""
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -129,6 +130,154 @@ class GradeTest(unittest.TestCase):
                                timeout=120)
         self.assertEqual(again.returncode, 0)
         self.assertEqual(again.stdout.count("already graded"), len(CLASS) + 1, again.stdout)
+
+
+class BatchTest(unittest.TestCase):
+    """A batch that loses nothing: the gradebook is rewritten after each submission,
+    --resume keeps exactly the results that still hold, ids never collide."""
+
+    def setUp(self):
+        from mmiolab import labspec
+        self.spec = labspec.load_lab("doorbell")
+        self.tmp = tempfile.mkdtemp(prefix="batch-", dir=BUILD)
+        self.klass = os.path.join(self.tmp, "class")
+        os.makedirs(self.klass)
+        for sid in "abcd":          # refused at intake (no guest, no build): fast
+            with open(os.path.join(self.klass, f"{sid}.c"), "w") as f:
+                f.write("")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def batch(self, ids, **kw):
+        from mmiolab.grade import GradeOptions, grade_batch
+        lines = []
+        opts = GradeOptions(seeds=kw.pop("seeds", [1, 2, 3]), out=os.path.join(self.tmp, "out"),
+                            **kw)
+        entries = [(sid, os.path.join(self.klass, f"{sid}.c")) for sid in ids]
+        grade_batch(self.spec, entries, opts, progress=lines.append)
+        return "\n".join(lines)
+
+    def book(self):
+        with open(os.path.join(self.tmp, "out", "gradebook.csv")) as f:
+            return {r["student"]: r for r in csv.DictReader(f)}
+
+    def test_a_killed_batch_keeps_every_row(self):
+        self.batch("a")                       # the batch was killed after its first
+        self.assertEqual(set(self.book()), {"a"}, "a row as soon as a submission is done")
+        first = self.book()["a"]["graded_at"]
+        out = self.batch("abcd", resume=True)
+        self.assertIn("already graded", out.splitlines()[0])
+        book = self.book()
+        self.assertEqual(set(book), set("abcd"))
+        self.assertEqual(book["a"]["graded_at"], first)
+        self.assertEqual(book["a"]["verdict"], "empty")
+
+    def test_killing_the_grader_loses_no_finished_row(self):
+        """The issue's case: kill a batch after its first submission, run it again
+        with --resume: every row is there, and nothing of the killed run is left."""
+        import ctypes
+        import signal
+        from test_hostile import PR_SET_CHILD_SUBREAPER, descendants, reap
+        for sid in "xyz":                       # each builds (and fails): a few seconds
+            with open(os.path.join(self.klass, f"{sid}.c"), "w") as f:
+                f.write("int broken(void) { return }\n")
+        for sid in "abcd":
+            os.unlink(os.path.join(self.klass, f"{sid}.c"))
+        out = os.path.join(self.tmp, "out")
+        cmd = ["/usr/bin/python3", GRADE, "--lab", "doorbell", "--out", out, self.klass]
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            book = os.path.join(out, "gradebook.csv")
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (
+                    os.path.exists(book) and len(self.book()) >= 1):
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)       # as a terminal's kill would
+            proc.wait()
+            time.sleep(1)
+            reap()
+            self.assertEqual(descendants(), [], "the killed grader left processes behind")
+        finally:
+            prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        done = set(self.book())
+        self.assertTrue(done and done < set("xyz"), done)
+        res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300,
+                             stdin=subprocess.DEVNULL)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        self.assertEqual(set(self.book()), set("xyz"))
+        for sid in done:
+            self.assertIn(f"{sid:24} already graded", res.stdout)
+
+    def test_resume_grades_again_what_no_longer_holds(self):
+        self.batch("abcd")
+        with open(os.path.join(self.klass, "a.c"), "w") as f:      # a new submission
+            f.write("\0")
+        path = os.path.join(self.tmp, "out", "b", "results.json")     # a grader error
+        with open(path) as f:
+            doc = json.load(f)
+        doc["extra_data"]["mmiolab"]["verdict"] = "grader-error"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        path = os.path.join(self.tmp, "out", "c", "results.json")     # another kit
+        with open(path) as f:
+            doc = json.load(f)
+        doc["extra_data"]["mmiolab"]["key"]["kit"] = "sha256:0000000000000000"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        out = self.batch("abcd", resume=True)
+        self.assertIn("a                        graded again: the submission changed", out)
+        self.assertIn("b                        graded again: it ended in a grader error", out)
+        self.assertIn("c                        graded again: the grader, lab or kernel changed",
+                      out)
+        self.assertIn("d                        already graded", out)
+        self.assertEqual(self.book()["a"]["verdict"], "binary-file")
+        out = self.batch("abcd", resume=True, seeds=[7])
+        self.assertEqual(out.count("graded again: seeds differ"), 4, out)
+        self.assertEqual(self.book()["d"]["seeds"], "7")
+
+    def test_ids_are_unique_and_never_the_gradebook(self):
+        from mmiolab.grade import entries_for
+        for folder in ("x", "y"):
+            os.makedirs(os.path.join(self.tmp, folder))
+            with open(os.path.join(self.tmp, folder, "alice.c"), "w") as f:
+                f.write("")
+        os.makedirs(os.path.join(self.tmp, "more", "gradebook.csv"))
+        os.makedirs(os.path.join(self.tmp, "more", "Alice"))
+        ids = [sid for sid, _ in entries_for(self.spec, [
+            os.path.join(self.tmp, "x", "alice.c"), os.path.join(self.tmp, "y", "alice.c"),
+            os.path.join(self.tmp, "more")])]
+        self.assertEqual(ids, ["alice", "alice~2", "Alice~3", "gradebook.csv~2"])
+
+    def test_every_limit_of_lab_toml_reaches_the_run(self):
+        """console_cap and run_timeout go to the guest, build_timeout to the build."""
+        from unittest import mock
+        from mmiolab import grade, lab, labspec, vm
+        spec = dataclasses.replace(self.spec, limits=labspec.Limits(
+            build_timeout=77, run_timeout=33, console_cap=12345))
+        seen = {}
+        real_build = lab.build_driver
+
+        def build(*a, **kw):
+            seen["build_timeout"] = kw["timeout"]
+            return real_build(*a, **kw)
+
+        def run(lab_, ko, seeds, log_dir, **kw):
+            seen.update(kw)
+            res = vm.RunResult("exited", 0, "", "", 1.0, 1.0, "tcg",
+                               os.path.join(log_dir, "console.log"))
+            return lab.Run(list(seeds), "0" * 32, res)
+
+        with mock.patch.object(grade, "build_driver", build), \
+                mock.patch.object(grade, "run_tests", run):
+            r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
+                                grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
+        self.assertEqual(r.verdict, "graded", r.notes)
+        self.assertEqual((seen["build_timeout"], seen["timeout"], seen["console_cap"]),
+                         (77, 33, 12345))
 
 
 def _answer_lines(spec) -> set[str]:

@@ -1,5 +1,7 @@
 """The lab VM: run a command and get its output and status; panics and hangs."""
 
+import os
+import re
 import time
 import unittest
 
@@ -64,6 +66,26 @@ class VMTest(unittest.TestCase):
             res = vm.run(cmd, cfg=vm.VMConfig(timeout=60, done_marker=marker),
                          log_dir=log_dir("vm-done"))
             self.assertEqual(res.status, "unfinished", (cmd, res.describe()))
+
+    def test_kernel_moves_at_each_boot(self):
+        """KASLR: a constant kernel address in a driver must be wrong (the grader's
+        code check refuses them; this is why they could not work anyway)."""
+        from mmiolab import kernel, labspec
+        from mmiolab.grade import fabric_append
+        words = list(vm.BASE_APPEND)
+        for name in labspec.lab_names():
+            words += fabric_append(labspec.load_lab(name))
+        self.assertFalse({"nokaslr", "kaslr=off"} & set(words), words)
+        with open(os.path.join(kernel.OBJ, ".config")) as f:
+            if "CONFIG_RANDOMIZE_BASE=y" not in f.read():
+                self.skipTest("the lab kernel is built without KASLR (CONFIG_RANDOMIZE_BASE)")
+        seen = set()
+        for _ in range(3):       # two boots may land on one offset (1 in a few hundred)
+            res = vm.run("grep ' _stext$' /proc/kallsyms", cfg=vm.VMConfig(timeout=60),
+                         log_dir=log_dir("vm-kaslr"))
+            self.assertTrue(res.ok, res.describe())
+            seen |= set(re.findall(r"(?m)^([0-9a-f]{16}) T _stext", res.console))
+        self.assertGreater(len(seen), 1, f"_stext at {seen} in three boots")
 
     def test_harness_channel_is_separate(self):
         res = vm.run("echo on-the-channel > /dev/ttyS1; echo on-the-console",

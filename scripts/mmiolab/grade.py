@@ -150,6 +150,8 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
         key = key or grading_key(spec, opts, path)
         result = _grade(spec, path, sub_id, opts, out_dir, work)
         result.key = key
+        if not result.replay.seeds:          # refused before the run: say what it would be
+            result.replay = _replay(spec, opts.seeds, None, "")
     except Exception as e:    # a grader bug must not lose the batch either
         result = report.not_graded(spec, sub_id, "grader-error",
                                    build_text(f"internal grader error: {e!r}"))

@@ -75,8 +75,12 @@ class Run:
 
 BUILD_LIMITS = sandbox.Limits(timeout=120, cpu_seconds=120, memory=1 << 30, processes=64,
                               file_bytes=64 << 20, output_cap=1 << 20)
-# What a module build may read besides the toolchain.
-KERNEL_TREE = [kernel.OBJ, kernel.SRC]
+# What a module build may read besides the toolchain: the kernel build tree and
+# its source, by their real paths (the build tree names its source by the path
+# it was configured with, and the sandbox shows only what it binds).
+KOBJ = os.path.realpath(kernel.OBJ)
+KERNEL_TREE = sorted({KOBJ, os.path.realpath(kernel.SRC),
+                      os.path.realpath(os.path.join(kernel.OBJ, "source"))})
 # The kernel's Kbuild makes no other environment matter (and gets none).
 BUILD_ENV = {k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUILD_")}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -98,8 +102,10 @@ def confinement() -> tuple[bool, str]:
 def build_text(text: str, folder: str = "") -> str:
     """Build output as a student may see it: no host paths, no colour codes."""
     text = _ANSI.sub("", text)
-    hosts = sorted(((folder, ""), (kernel.OBJ, "linux-build"), (kernel.SRC, "linux"),
-                    (BUILD, "build"), (ROOT, "mmiolab")), key=lambda p: -len(p[0]))
+    hosts = [(folder, ""), (kernel.OBJ, "linux-build"), (kernel.SRC, "linux"),
+             (BUILD, "build"), (ROOT, "mmiolab")]
+    hosts += [(os.path.realpath(p), shown) for p, shown in hosts[1:]]
+    hosts = sorted(set(hosts), key=lambda p: -len(p[0]))
     for path, shown in hosts + [(sandbox.INSIDE, "")]:
         if not path:
             continue
@@ -130,7 +136,7 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
         sandbox.prepare(src)
         where = sandbox.INSIDE if confined else src
         limits = dataclasses.replace(BUILD_LIMITS, timeout=timeout, cpu_seconds=int(timeout))
-        res = sandbox.run(["make", "-C", kernel.OBJ, f"M={where}", "W=1", "modules"], src,
+        res = sandbox.run(["make", "-C", KOBJ, f"M={where}", "W=1", "modules"], src,
                           KERNEL_TREE, os.path.join(box, "build.log"), limits, env=BUILD_ENV,
                           confined=confined, hide=_hidden())
         log = build_text(res.output, src)
