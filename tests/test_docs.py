@@ -299,7 +299,7 @@ class RecordedTraceTest(unittest.TestCase):
     """The recorded traces, and the timelines drawn from them at build time."""
 
     def test_recorded_traces_are_small_real_excerpts(self):
-        import mmiosim_trace
+        from mmiolab import timeline as mmiosim_trace
         for name in ("race", "fix-mmiowb", "fix-readback"):
             path = os.path.join(FIGURES, f"{name}-trace.txt")
             with open(path, encoding="utf-8") as f:

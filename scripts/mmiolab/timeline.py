@@ -1,7 +1,11 @@
-"""Parse ftrace output of the lab kernel's mmiosim trace events; draw it.
+"""Timelines of recorded runs: parse ftrace output of the lab kernel's mmiosim
+trace events, find the first stale doorbell or late interrupt, draw it.
 
-Standard library only: used by the Sphinx extension tracefig.py (at docs
-build time) and by scripts/trace-timeline (which records the traces).
+One implementation for every picture of a run: the docs' figures
+(Documentation/sphinx/tracefig.py), the instructor's recordings
+(scripts/trace-timeline), the student's own runs in the lab VM (the guest's
+``record`` helper, then ``scripts/kit timeline``) and, later, the grader's
+reports. Standard library only.
 
 The events (include/trace/events/mmiosim.h of the patched tree), as
 /sys/kernel/tracing/trace prints them::
@@ -20,8 +24,17 @@ with trace_clock "mono" it is on the same clock as t=, which gives the time
 a write was posted, and the end of a read or an mmiowb() (their start is
 that minus cost= or wait=).
 
-A recorded file may start with "# key: value" header lines (written by
-scripts/trace-timeline); other lines starting with "#" are ignored.
+Two of the kernel's own events complete the picture of an interrupt that
+comes too late: ``irq:irq_handler_entry`` (``irq=25 name=postdrv``: a
+handler starts, on the CPU of the line) and ``raw_syscalls:sys_exit``
+(``NR 16 = 0``: a task's system call returns to user space). Other events
+are ignored.
+
+A recorded file may start with "# key: value" header lines (written by the
+guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
+line of /sys/kernel/debug/mmiosim/params), ``card_irq`` (the card's
+interrupt number), ``trace_clock`` and others. ftrace's own "#" lines are
+read for one thing: whether the buffer overflowed.
 """
 
 from __future__ import annotations
@@ -32,15 +45,23 @@ from dataclasses import dataclass, field
 
 LINE_RE = re.compile(
     r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<tcpu>\d+)\]\s+"
-    r"(?:(?P<flags>[^\s:]{4,6})\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>mmiosim_\w+):\s*(?P<rest>.*)$")
+    r"(?:(?P<flags>[^\s:]{4,6})\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s*(?P<rest>.*)$")
 FIELD_RE = re.compile(r"(\w+)=(\S+)")
 HEADER_RE = re.compile(r"^#\s*(?P<key>[a-z_]+):\s*(?P<value>.*)$")
+ENTRIES_RE = re.compile(r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)")
+LOST_RE = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]")
+SYS_EXIT_RE = re.compile(r"NR (-?\d+) = (-?\d+)")
 
 # The ring card's registers (include/linux/mmiosim_ring.h), for labels.
 RING_REGS = {0x00: "ID", 0x04: "CTRL", 0x08: "DESC_LO", 0x0c: "DESC_HI", 0x10: "CMPL_LO",
              0x14: "CMPL_HI", 0x18: "SIZE", 0x1c: "DOORBELL", 0x20: "CONSUMER",
              0x24: "INT_ENABLE", 0x28: "INT_STATUS", 0x2c: "INT_ACK", 0x30: "SCRATCH"}
 DOORBELL = 0x1c
+INT_ENABLE = 0x24
+# x86_64 system call numbers worth a name on the picture.
+SYSCALLS = {0: "read", 1: "write", 16: "ioctl"}
+EVENTS = ("mmiosim_post", "mmiosim_drain", "mmiosim_arrive", "mmiosim_read", "mmiosim_mmiowb",
+          "irq_handler_entry", "sys_exit")
 
 
 class TraceError(ValueError):
@@ -52,9 +73,11 @@ class Event:
     lineno: int             # 1-based line in the file
     task: str
     ts_ns: int              # the line's timestamp, in ns
-    name: str               # post, drain, arrive, read, mmiowb
+    name: str               # post, drain, arrive, read, mmiowb, irq_handler_entry, sys_exit
     fields: dict
     flags: set
+    pid: int = -1
+    cpu: int = -1           # the CPU that recorded the line
 
 
 @dataclass
@@ -70,11 +93,17 @@ class Write:
     arrive: int | None = None       # ns (t= of the arrive event)
     overtaken: bool = False         # entered the bridge behind a later-posted write
     stale: bool = False             # a doorbell that arrived after a later-posted one
+    pid: int = -1                   # the task that posted it
+    task: str = ""
     lines: list = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         return None not in (self.post, self.drain, self.arrive)
+
+    @property
+    def reg(self) -> str:
+        return RING_REGS.get(self.off, hex(self.off))
 
 
 @dataclass
@@ -88,11 +117,47 @@ class Span:
 
 
 @dataclass
+class Irq:
+    """An interrupt handler started (irq:irq_handler_entry)."""
+    cpu: int
+    ts: int
+    irq: int
+    name: str
+    lineno: int
+    late: bool = False      # the card's, after the call that disabled it had returned
+
+
+@dataclass
+class Return:
+    """A system call returned to user space (raw_syscalls:sys_exit)."""
+    cpu: int
+    ts: int
+    pid: int
+    task: str
+    nr: int
+    ret: int
+    lineno: int
+    disabled: Write | None = None   # the interrupt-disable write this call posted
+
+    @property
+    def call(self) -> str:
+        return f"{SYSCALLS[self.nr]}()" if self.nr in SYSCALLS else f"system call {self.nr}"
+
+
+@dataclass
 class Trace:
     header: dict
     events: list
     writes: dict            # seq -> Write
     spans: list             # mmiowb() waits and reads
+    irqs: list = field(default_factory=list)
+    returns: list = field(default_factory=list)
+    lost: int = 0           # events ftrace says it dropped (a buffer that overflowed)
+
+    @property
+    def card_irq(self) -> int | None:
+        v = self.header.get("card_irq", "")
+        return int(v) if v.isdigit() else None
 
 
 def _num(s: str) -> int:
@@ -105,26 +170,41 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     route_ns: the fabric's route latencies (default: from a "# fabric:"
     header line, else none), used to place each write's post (see model()).
     """
-    header, events = {}, []
+    header, events, lost = {}, [], 0
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("#"):
             m = HEADER_RE.match(line)
             if m:
                 header.setdefault(m["key"], m["value"].strip())
+            m = ENTRIES_RE.match(line)
+            if m:
+                lost += max(0, int(m.group(2)) - int(m.group(1)))
+            continue
+        m = LOST_RE.match(line)
+        if m:
+            lost += int(m.group(2))
             continue
         m = LINE_RE.match(line)
-        if not m:
+        if not m or m["event"] not in EVENTS:
             continue
         rest = m["rest"]
         fields = {k: v for k, v in FIELD_RE.findall(rest)}
         flags = {w for w in rest.split() if "=" not in w}
         sec, frac = m["ts"].split(".")
         ts_ns = int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
-        events.append(Event(n, m["task"].strip(), ts_ns, m["event"][len("mmiosim_"):],
-                            fields, flags))
+        name = m["event"].removeprefix("mmiosim_")
+        if name == "sys_exit":
+            sm = SYS_EXIT_RE.search(rest)
+            if not sm:
+                continue
+            fields = {"nr": sm.group(1), "ret": sm.group(2)}
+        events.append(Event(n, m["task"].strip(), ts_ns, name, fields, flags, int(m["pid"]),
+                            int(m["tcpu"])))
     if route_ns is None:
         route_ns = fabric_routes(header.get("fabric", ""))
-    return model(header, events, route_ns)
+    tr = model(header, events, route_ns)
+    tr.lost = lost
+    return tr
 
 
 def fabric_routes(params: str) -> list:
@@ -140,7 +220,7 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
 
 
 def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
-    """Writes, reads and mmiowb() waits from the events.
+    """Writes, reads, mmiowb() waits, interrupts and returns from the events.
 
     When a write is posted, the fabric first brings its model up to date,
     which may deliver earlier writes to the device and take a while; the
@@ -152,7 +232,7 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
     """
     route_ns = route_ns or [0]
     writes: dict[int, Write] = {}
-    spans = []
+    spans, irqs, returns = [], [], []
 
     def write_of(ev, f):
         seq = _num(f["seq"])
@@ -172,6 +252,7 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
                 w = write_of(ev, f)
                 w.post_ts = ev.ts_ns
                 w.post = min(ev.ts_ns, _num(f["t"]) - route_ns[w.cpu % len(route_ns)])
+                w.pid, w.task = ev.pid, ev.task
             elif ev.name == "drain":
                 w = write_of(ev, f)
                 w.drain = _num(f["t"])
@@ -188,8 +269,13 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
                 spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
                                   f"readl({RING_REGS.get(off, hex(off))}) took {cost} ns",
                                   ev.lineno))
+            elif ev.name == "irq_handler_entry":
+                irqs.append(Irq(ev.cpu, ev.ts_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
+            elif ev.name == "sys_exit":
+                returns.append(Return(ev.cpu, ev.ts_ns, ev.pid, ev.task, int(f["nr"]),
+                                      int(f["ret"]), ev.lineno))
         except (KeyError, ValueError) as e:
-            raise TraceError(f"line {ev.lineno}: malformed mmiosim_{ev.name} event ({e})")
+            raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
     # A doorbell is stale when it arrives after a doorbell posted later.
     newest = {}
     for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == DOORBELL),
@@ -197,10 +283,42 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
         if w.win in newest and w.seq < newest[w.win]:
             w.stale = True
         newest[w.win] = max(newest.get(w.win, -1), w.seq)
-    return Trace(header, events, writes, spans)
+    tr = Trace(header, events, writes, spans, irqs, returns)
+    _mark_late(tr)
+    return tr
 
 
-# --- choosing the excerpt (used by scripts/trace-timeline) -------------------
+def _mark_late(tr: Trace) -> None:
+    """Mark the card's interrupts that came after the driver had disabled them.
+
+    A write of 0 to INT_ENABLE disables the card's interrupts; the system
+    call in which a task posted it (its next sys_exit) is the driver's
+    "stop". An interrupt of the card whose handler starts after that call
+    has returned, and before the next write to INT_ENABLE, is late: the
+    caller was told the card was quiet. (The posting lab's test counts the
+    same interrupts, as the card's line of /proc/interrupts moving after
+    STOP returned.)
+    """
+    irq = tr.card_irq
+    if irq is None or not tr.irqs or not tr.returns:
+        return
+    enables = sorted((w for w in tr.writes.values() if w.off == INT_ENABLE and w.lines),
+                     key=lambda w: min(w.lines))
+    for i, d in enumerate(enables):
+        if d.val != 0 or d.pid < 0:
+            continue
+        posted = min(d.lines)
+        ret = next((r for r in tr.returns if r.pid == d.pid and r.lineno > posted), None)
+        if ret is None:
+            continue
+        ret.disabled = d
+        until = min(enables[i + 1].lines) if i + 1 < len(enables) else float("inf")
+        for q in tr.irqs:
+            if q.irq == irq and ret.lineno < q.lineno < until:
+                q.late = True
+
+
+# --- what a run shows --------------------------------------------------------
 
 
 def first_reordering(tr: Trace, off: int = DOORBELL):
@@ -217,6 +335,17 @@ def first_reordering(tr: Trace, off: int = DOORBELL):
             return w, min(later, key=lambda o: o.seq)
         seen.append(w)
     return None
+
+
+def first_late_interrupt(tr: Trace):
+    """The first late interrupt of the card: (the disabling write, the return of the
+    call that posted it, the interrupt), or None."""
+    late = next((q for q in tr.irqs if q.late), None)
+    if late is None:
+        return None
+    ret = max((r for r in tr.returns if r.disabled is not None and r.lineno < late.lineno),
+              key=lambda r: r.lineno)
+    return ret.disabled, ret, late
 
 
 def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
@@ -248,17 +377,122 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
     return (best[1], best[2]) if best else None
 
 
-def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300):
-    """The line numbers (1-based, sorted) of an excerpt around two writes.
+def last_crossing(tr: Trace, off: int = DOORBELL):
+    """The last two consecutive doorbells posted from different CPUs, or None."""
+    dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
+                 key=lambda w: w.seq)
+    pairs = [(a, b) for a, b in zip(dbs, dbs[1:]) if a.cpu != b.cpu and a.win == b.win]
+    return pairs[-1] if pairs else None
 
-    From the earlier post of the pair (and the posts of context_writes
-    doorbells before it) to the later of their arrivals, extended so that
-    every write posted in between is complete; at most max_lines lines.
+
+def _us(ns: int) -> str:
+    return f"{ns / 1000:.1f} \u00b5s"
+
+
+def describe_reordering(old: Write, new: Write) -> str:
+    return (f"CPU {old.cpu} wrote doorbell {old.val} (seq={old.seq}); CPU {new.cpu} wrote "
+            f"{new.val} (seq={new.seq}) after it, which entered the bridge "
+            f"{(old.drain - new.drain) / 1000:.2f} \u00b5s earlier (seq={old.seq} overtaken); "
+            f"the card saw {new.val} and then {old.val}: a stale doorbell")
+
+
+def describe_late(d: Write, ret: Return, q: Irq) -> str:
+    where = ("before the disable reached the card" if d.arrive is None or q.ts < d.arrive
+             else "just after the disable reached the card: the card had raised it before")
+    return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
+            f"{ret.call} returned {_us(ret.ts - d.post)} later, the card still quiet as far as "
+            f"the driver knew; the card's interrupt (irq {q.irq}) was handled on CPU {q.cpu} "
+            f"{_us(q.ts - ret.ts)} after that return, {where}"
+            + (f" (it arrived {_us(d.arrive - d.post)} after it was posted)"
+               if d.arrive is not None else "")
+            + ": a late interrupt")
+
+
+def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
+    span = next(sp for sp in tr.spans if sp.kind == barrier and sp.cpu == a.cpu
+                and a.post <= sp.end <= b.post)
+    if barrier == "mmiowb":
+        return (f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}) and waited in mmiowb() "
+                f"for {_us(span.end - span.start)}, until the write had entered the bridge; "
+                f"CPU {b.cpu} then took the lock and wrote {b.val} (seq={b.seq}), which "
+                "entered the bridge behind it"
+                + (f", {_us(a.arrive - b.drain)} before {a.val} reached the device: mmiowb() "
+                   "ordered the writes without waiting for arrival"
+                   if b.drain < a.arrive else ""))
+    return (f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}) and read back from the "
+            f"card before unlocking; the read took {_us(span.end - span.start)} and "
+            f"returned after the write had arrived; CPU {b.cpu} then took the lock and "
+            f"wrote {b.val} (seq={b.seq})")
+
+
+@dataclass
+class Finding:
+    kind: str               # stale-doorbell | late-interrupt | mmiowb | read | disable | crossing
+    text: str               # one sentence: what the excerpt shows
+    lines: list             # the excerpt's line numbers in the trace (1-based)
+
+    @property
+    def failure(self) -> bool:
+        return self.kind in ("stale-doorbell", "late-interrupt")
+
+
+def find(tr: Trace) -> Finding | None:
+    """What to show of a run: its first stale doorbell, else its first late
+    interrupt, else a moment of the driver at work (a lock hand-over with its
+    barrier, the last interrupt disable, the last doorbells from two CPUs)."""
+    pair = first_reordering(tr)
+    if pair:
+        return Finding("stale-doorbell", describe_reordering(*pair),
+                       excerpt_lines(tr, pair, context_writes=1))
+    late = first_late_interrupt(tr)
+    if late:
+        d, ret, q = late
+        return Finding("late-interrupt", describe_late(d, ret, q),
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno))
+    for barrier in ("mmiowb", "read"):
+        pair = first_handoff(tr, barrier)
+        if pair:
+            return Finding(barrier, describe_handoff(tr, *pair, barrier),
+                           excerpt_lines(tr, pair, context_writes=0))
+    ret = max((r for r in tr.returns if r.disabled is not None), key=lambda r: r.lineno,
+              default=None)
+    if ret is not None:
+        d = ret.disabled
+        return Finding("disable",
+                       f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq})"
+                       + (f"; it reached the card {_us(d.arrive - d.post)} later" if d.complete
+                          else "") + f", and its {ret.call} returned "
+                       f"{_us(ret.ts - d.post)} after the write was posted; no interrupt of "
+                       "the card came after that return",
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno))
+    pair = last_crossing(tr)
+    if pair:
+        a, b = pair
+        return Finding("crossing", f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}), then CPU "
+                       f"{b.cpu} wrote {b.val} (seq={b.seq}); they reached the card in order",
+                       excerpt_lines(tr, pair, context_writes=0))
+    return None
+
+
+def _with_doorbell_before(tr: Trace, w: Write) -> list:
+    """w and the last doorbell posted before it (the commands still in flight)."""
+    before = [o for o in tr.writes.values() if o.off == DOORBELL and o.seq < w.seq and o.lines]
+    return [max(before, key=lambda o: o.seq), w] if before else [w]
+
+
+def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300,
+                  upto: int = 0):
+    """The line numbers (1-based, sorted) of an excerpt around writes.
+
+    From the earliest post of `pair` (one or more Writes; and the posts of
+    context_writes writes to the same register before it) to the latest of
+    their arrivals and line `upto`, extended so that every write posted in
+    between is complete; at most max_lines lines.
     """
-    a, b = pair
-    start = min(min(a.lines), min(b.lines))
-    end = max(max(a.lines), max(b.lines))
-    earlier = sorted((w for w in tr.writes.values() if w.off == a.off and w.seq < min(a.seq, b.seq)
+    start = min(min(w.lines) for w in pair)
+    end = max([max(w.lines) for w in pair] + [upto])
+    first = min(w.seq for w in pair)
+    earlier = sorted((w for w in tr.writes.values() if w.off == pair[0].off and w.seq < first
                       and w.lines), key=lambda w: w.seq)[-context_writes:] if context_writes else []
     for w in earlier:
         start = min(start, min(w.lines))
@@ -275,6 +509,90 @@ def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300
     if len(lines) > max_lines:
         raise TraceError(f"the excerpt would have {len(lines)} events (more than {max_lines})")
     return lines
+
+
+# --- the whole job: a recorded trace in, a picture and an excerpt out --------
+
+
+@dataclass
+class Drawing:
+    svg: str                # the timeline of the excerpt ("" if nothing could be drawn)
+    excerpt: str            # the excerpt as text: header lines, then the trace lines
+    finding: Finding | None
+    summary: str            # one line: what the whole trace holds
+    warnings: list
+
+
+def summarize(tr: Trace) -> str:
+    dbs = [w for w in tr.writes.values() if w.off == DOORBELL]
+    card = [q for q in tr.irqs if q.irq == tr.card_irq]
+    parts = [f"{len(tr.writes)} writes ({len(dbs)} doorbells)",
+             f"{sum(w.stale for w in dbs)} stale doorbells",
+             f"{sum(w.overtaken for w in tr.writes.values())} overtaken in the bridge",
+             f"{sum(s.kind == 'mmiowb' for s in tr.spans)} mmiowb()",
+             f"{sum(s.kind == 'read' for s in tr.spans)} reads"]
+    if tr.card_irq is not None:
+        parts.append(f"{len(card)} interrupts of the card ({sum(q.late for q in card)} late)")
+    return ", ".join(parts)
+
+
+def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
+         header: dict | None = None) -> Drawing:
+    """Find what a recorded trace shows, cut an excerpt around it and draw it.
+
+    header: extra "# key: value" lines for the excerpt (after the trace's own).
+    """
+    tr = parse(text)
+    warnings = []
+    if tr.lost:
+        warnings.append(f"the trace buffer overflowed: {tr.lost} events were lost (the oldest "
+                        "ones); record a shorter run")
+    if tr.header.get("trace_clock", "mono") != "mono":
+        warnings.append(f"trace_clock is {tr.header['trace_clock']!r}, not 'mono': the line "
+                        "timestamps are not on the fabric's clock")
+    try:
+        finding = find(tr)
+    except TraceError as e:
+        finding = None
+        warnings.append(f"no excerpt: {e}")
+    summary = summarize(tr)
+    lines = text.splitlines()
+    head = {k: v for k, v in tr.header.items() if k not in ("shows", "excerpt")}
+    head.update(header or {})
+    if finding is None:
+        head["shows"] = "no complete write of the card in this trace"
+        excerpt = "\n".join(f"# {k}: {v}" for k, v in head.items()) + "\n"
+        return Drawing("", excerpt, None, summary, warnings)
+    head["shows"] = finding.text
+    head["summary"] = summary
+    keep = finding.lines
+    head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
+    columns = [ln for ln in lines[:40] if ln.startswith("#") and "TASK-PID" in ln]
+    excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + columns[-1:]
+                        + [lines[i - 1] for i in keep]) + "\n"
+    try:
+        svg = render_svg(parse(excerpt), title=title, width=width, ident=ident)
+    except TraceError as e:
+        svg = ""
+        warnings.append(f"the excerpt cannot be drawn: {e}")
+    return Drawing(svg, excerpt, finding, summary, warnings)
+
+
+def html_page(d: Drawing, title: str) -> str:
+    """A page for the browser: the picture, what it shows, and the excerpt."""
+    warn = "".join(f"<p class='warn'>Warning: {_e(w)}</p>" for w in d.warnings)
+    shows = d.finding.text if d.finding else "nothing to draw"
+    bad = d.finding is not None and d.finding.failure
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{_e(title)}</title><style>"
+            "body{font-family:'DejaVu Sans',Arial,sans-serif;margin:1.5em;color:#222;max-width:1000px}"
+            "pre{font-size:11px;background:#f6f6f6;padding:.8em;overflow-x:auto}"
+            ".shows{font-size:15px}.bad{color:#b00020}.warn{color:#b35900}"
+            "</style></head><body>"
+            f"<h1>{_e(title)}</h1>"
+            f"<p class='shows{' bad' if bad else ''}'><b>{'Found' if bad else 'Shows'}:</b> "
+            f"{_e(shows)}.</p><p>{_e(d.summary)}.</p>{warn}{d.svg}"
+            f"<h2>The excerpt of the trace</h2><pre>{_e(d.excerpt)}</pre></body></html>\n")
 
 
 # --- drawing -----------------------------------------------------------------
@@ -327,9 +645,14 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
             "are out of order: was the trace recorded with trace_clock 'mono' "
             "(scripts/trace-timeline sets it)?")
     spans = [s for s in tr.spans if s.end >= writes[0].post and s.start <= writes[-1].arrive]
-    cpus = sorted({w.cpu for w in writes} | {s.cpu for s in spans})
-    t0 = min([w.post for w in writes] + [s.start for s in spans])
-    t1 = max([w.arrive for w in writes] + [s.end for s in spans])
+    card = tr.card_irq
+    irqs = [q for q in tr.irqs if card is None or q.irq == card]
+    rets = [r for r in tr.returns if r.disabled is not None]
+    marks = [q.ts for q in irqs] + [r.ts for r in rets]
+    cpus = sorted({w.cpu for w in writes} | {s.cpu for s in spans} | {q.cpu for q in irqs}
+                  | {r.cpu for r in rets})
+    t0 = min([w.post for w in writes] + [s.start for s in spans] + marks)
+    t1 = max([w.arrive for w in writes] + [s.end for s in spans] + marks)
     span_ns = max(t1 - t0, 1000)
     left, right = 118, 24
     plot_w = width - left - right
@@ -361,7 +684,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     lanes = []                  # (key, label, sub, y_top, height)
     y = 40 if title else 14
     for c in cpus:
-        h = 44 + q_n[c] * row_h
+        h = 44 + q_n.get(c, 1) * row_h
         lanes.append((("cpu", c), f"CPU {c}", "posted-write queue", y, h))
         y += h
     h = 30 + b_n * row_h
@@ -371,7 +694,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     y += 70
     lane = {k: (top, hgt) for k, _, _, top, hgt in lanes}
     axis_y = y + 8
-    height = axis_y + 108
+    height = axis_y + 108 + (13 if irqs or rets else 0)
 
     out = []
     a = out.append
@@ -443,6 +766,33 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
           f'<text x="{lx:.1f}" y="{yb + 9}" text-anchor="{anchor}" class="code" '
           f'style="font-size:9px;fill:{colour}">{label}</text></g>')
 
+    # Interrupt handlers (a triangle where one starts) and the return of the
+    # call that disabled the card's interrupts (a line across its CPU's lane).
+    for r in rets:
+        top, hgt = lane[("cpu", r.cpu)]
+        xr = x(r.ts)
+        colour = CPU_COLOURS[r.cpu % 4]
+        a(f'<g class="mmiosim-return"><title>{_e(r.task)}: {_e(r.call)} returns (it posted '
+          f'INT_ENABLE=0, seq {r.disabled.seq}; trace line {r.lineno})</title>'
+          f'<line x1="{xr:.1f}" y1="{top + 2}" x2="{xr:.1f}" y2="{top + hgt - 2}" '
+          f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="4 2"/>'
+          f'<text x="{xr + 3:.1f}" y="{top + 11}" class="code" style="font-size:9.5px;'
+          f'fill:{colour}">{_e(r.call)} returns</text></g>')
+    for q in irqs:
+        top, hgt = lane[("cpu", q.cpu)]
+        xq = x(q.ts)
+        colour = RED if q.late else CPU_COLOURS[q.cpu % 4]
+        label = "late IRQ" if q.late else "IRQ"
+        a(f'<g class="mmiosim-irq{" late" if q.late else ""}"><title>irq {q.irq} ({_e(q.name)}): '
+          f'its handler starts on CPU {q.cpu} at +{(q.ts - t0) / 1000:.2f} \u00b5s'
+          f'{", after the call that disabled it had returned" if q.late else ""} '
+          f'(trace line {q.lineno})</title>'
+          f'<path d="M{xq - 5:.1f},{top + 3} L{xq + 5:.1f},{top + 3} L{xq:.1f},{top + 12} z" '
+          f'fill="{colour}"/>'
+          f'<text x="{xq:.1f}" y="{top + 23}" text-anchor="middle" class="code" '
+          f'style="font-size:9.5px;fill:{colour}{";font-weight:bold" if q.late else ""}">'
+          f'{label}</text></g>')
+
     dev_top, dev_h = lane[("device", 0)]
     b_top, b_h = lane[("bridge", 0)]
     label_slots = []
@@ -511,7 +861,8 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     ly = axis_y + 50
     lx = left
     items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
-    items += [(GREY, "other register write"), (RED, "overtaken / stale")]
+    items += [(GREY, "other register write"),
+              (RED, "overtaken / stale / late" if irqs else "overtaken / stale")]
     for colour, text in items:
         a(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 22}" y2="{ly - 4}" stroke="{colour}" '
           'stroke-width="3" stroke-opacity="0.7"/>')
@@ -523,6 +874,9 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
              "arrives. A doorbell's number is the",
              "producer index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), "
              "readl() round trips."]
+    if irqs or rets:
+        notes.append("Triangles: the card's interrupt handler starts on that CPU (late: after "
+                     "the call that disabled it had returned, dashed line).")
     for i, note in enumerate(notes):
         a(f'<text x="{left}" y="{ly + 18 + 13 * i}" class="sub">{_e(note)}</text>')
     a("</g></svg>")
