@@ -27,6 +27,15 @@ OUT_DIR = os.path.join(BUILD, "initramfs")
 BASE = os.path.join(OUT_DIR, "base.cpio.gz")
 
 
+# The interactive shell's. busybox's plain poweroff signals PID 1, which vm/init
+# cannot act on while it waits for the shell: -f powers off at once.
+PROFILE = """\
+export PS1='mmiolab:\\w# '
+export PATH=/bin:/sbin:/usr/bin
+alias poweroff='poweroff -f' reboot='reboot -f' halt='halt -f'
+"""
+
+
 class InitramfsError(Exception):
     """The initramfs could not be built (missing busybox, a helper failed to compile)."""
 
@@ -141,9 +150,10 @@ def base_archive() -> Archive:
     a.chardev("/dev/null", 1, 3, 0o666)
     a.host_file("/bin/busybox", BUSYBOX, 0o755)
     a.host_file("/init", os.path.join(VM_DIR, "init"), 0o755)
+    a.host_file("/bin/record", os.path.join(VM_DIR, "record"), 0o755)
     a.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
     a.file("/etc/group", b"root:x:0:\n")
-    a.file("/etc/profile", b"export PS1='mmiolab:\\w# '\nexport PATH=/bin:/sbin:/usr/bin\n")
+    a.file("/etc/profile", PROFILE.encode())
     for name, path in guest_helpers().items():
         a.host_file(f"/bin/{name}", path, 0o755)
     return a

@@ -182,20 +182,25 @@ def run(command: str, files: dict[str, str | bytes] | None = None,
     accel = accel or choose_accel(cfg)
     log_dir = log_dir or tempfile.mkdtemp(prefix="vm-", dir=_runs_dir())
     os.makedirs(log_dir, exist_ok=True)
-    overlay = Archive()
-    overlay.file("/job/run", ("#!/bin/sh\n" + command + "\n").encode(), 0o755)
-    for gpath, src in (files or {}).items():
-        if isinstance(src, bytes):
-            overlay.file(gpath, src, 0o755)
-        else:
-            overlay.host_file(gpath, src)
-    initrd = with_overlay(cfg.initrd, overlay, os.path.join(log_dir, "initrd.img"))
+    files = {"/job/run": ("#!/bin/sh\n" + command + "\n").encode(), **(files or {})}
+    initrd = _overlaid(cfg.initrd, files, os.path.join(log_dir, "initrd.img"))
     append = cfg.append + ["run=/job/run"]
     try:
         res = _run_qemu(cfg, accel, initrd, append, log_dir)
     finally:
         os.unlink(initrd)
     return res
+
+
+def _overlaid(base: str, files: dict[str, str | bytes], out: str) -> str:
+    """base + an overlay of files (guest path -> host path, or bytes: executable)."""
+    overlay = Archive()
+    for gpath, src in files.items():
+        if isinstance(src, bytes):
+            overlay.file(gpath, src, 0o755)
+        else:
+            overlay.host_file(gpath, src)
+    return with_overlay(base, overlay, out)
 
 
 def _runs_dir() -> str:
@@ -344,15 +349,31 @@ class _MarkerWatch:
         return self.found
 
 
-def interactive(cfg: VMConfig | None = None) -> int:
-    """The lab VM on this terminal; Ctrl-A X leaves it. The console is also logged."""
+def interactive(cfg: VMConfig | None = None, files: dict[str, str | bytes] | None = None,
+                log_dir: str | None = None) -> int:
+    """The lab VM on this terminal; Ctrl-A X leaves it. The console is logged to
+    LOG_DIR/console.log; the guest's second serial port (/dev/ttyS1, where the
+    guest's record helper sends its traces) to LOG_DIR/channel.log. files are
+    added to the initramfs, as for run()."""
     cfg = cfg or VMConfig()
     accel = choose_accel(cfg)
-    log = os.path.join(BUILD, "vm", "console.log")
-    os.makedirs(os.path.dirname(log), exist_ok=True)
-    cmd = qemu_command(cfg, accel, cfg.initrd, cfg.append)
-    cmd += ["-nographic", "-chardev", f"stdio,id=con,mux=on,signal=off,logfile={log}",
-            "-serial", "chardev:con", "-mon", "chardev=con,mode=readline"]
+    log_dir = log_dir or os.path.join(BUILD, "vm")
+    os.makedirs(log_dir, exist_ok=True)
+    log = os.path.join(log_dir, "console.log")
+    channel = os.path.join(log_dir, "channel.log")
+    initrd = _overlaid(cfg.initrd, files, os.path.join(log_dir, "initrd.img")) if files \
+        else cfg.initrd
+    cmd = qemu_command(cfg, accel, initrd, cfg.append)
+    # QEMU option values escape a comma by doubling it
+    cmd += ["-nographic",
+            "-chardev", f"stdio,id=con,mux=on,signal=off,logfile={log.replace(',', ',,')}",
+            "-serial", "chardev:con",
+            "-chardev", f"file,id=ch,path={channel.replace(',', ',,')}", "-serial", "chardev:ch",
+            "-mon", "chardev=con,mode=readline"]
     print(f"mmiolab: booting the lab VM ({accel.upper()}, {cfg.smp} CPUs); "
           f"leave with Ctrl-A X; console log in {log}", flush=True)
-    return subprocess.call(cmd)
+    try:
+        return subprocess.call(cmd)
+    finally:
+        if initrd != cfg.initrd:
+            os.unlink(initrd)
