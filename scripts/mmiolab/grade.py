@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -44,8 +45,9 @@ class GradeOptions:
 
 
 # What the outcome of grading depends on, besides the submission and the options:
-# the grader, the guest, the lab's tests, the kernel.
-KIT_FILES = ["scripts/grade", "scripts/mmiolab/*.py", "vm/init", "vm/guest/*.c"]
+# the grader (scripts/grade and the mmiolab modules it has loaded), the guest, the
+# lab's tests, the kernel.
+KIT_FILES = ["scripts/grade", "vm/init", "vm/guest/*.c"]
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
@@ -53,6 +55,8 @@ def kit_version(spec: LabSpec) -> str:
     """A digest of everything but the submission that a grade depends on."""
     h = hashlib.sha256()
     paths = [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))]
+    paths += [m.__file__ for name, m in list(sys.modules.items())
+              if name.startswith("mmiolab.") and getattr(m, "__file__", None)]
     paths += [p for pat in LAB_FILES for p in glob.glob(os.path.join(spec.dir, pat))]
     if spec.symbols_from:
         paths.append(os.path.join(os.path.dirname(spec.dir), spec.symbols_from, "lab.toml"))
