@@ -191,6 +191,20 @@ class SandboxTest(unittest.TestCase):
             self.assertIn("cannot confine", res.stderr)
             self.assertIn("--allow-unconfined-build", res.stderr)
             self.assertEqual(os.listdir(out), [])
+            # Allowed: it builds (here the starter, with a syntax error) and says so.
+            broken = os.path.join(out, "broken.c")
+            with open(broken, "w") as f:
+                f.write(starter().replace("static int ringdrv_probe", "static int oops", 1))
+            code = code.replace(repr(os.path.join(LAB, "starter", "ringdrv.c")), repr(broken))
+            res = subprocess.run(["/usr/bin/python3", "-c", code, "--out", out,
+                                  "--allow-unconfined-build"], capture_output=True, text=True,
+                                 env=env, timeout=300)
+            self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+            with open(os.path.join(out, "broken", "summary.txt")) as f:
+                summary = f.read()
+            self.assertIn("flagged for the instructor: the build ran unconfined", summary)
+            self.assertIn("oops", summary)             # the compiler ran, unconfined
+            self.assertNotIn(ROOT, summary)
 
 
 # ---------------------------------------------------------------------------- corpus
