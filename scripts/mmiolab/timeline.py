@@ -39,6 +39,7 @@ read for one thing: whether the buffer overflowed.
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 from dataclasses import dataclass, field
@@ -170,7 +171,7 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     route_ns: the fabric's route latencies (default: from a "# fabric:"
     header line, else none), used to place each write's post (see model()).
     """
-    header, events, lost = {}, [], 0
+    header, events, overwritten, lost = {}, [], 0, 0
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("#"):
             m = HEADER_RE.match(line)
@@ -178,7 +179,7 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
                 header.setdefault(m["key"], m["value"].strip())
             m = ENTRIES_RE.match(line)
             if m:
-                lost += max(0, int(m.group(2)) - int(m.group(1)))
+                overwritten = max(0, int(m.group(2)) - int(m.group(1)))
             continue
         m = LOST_RE.match(line)
         if m:
@@ -203,7 +204,8 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     if route_ns is None:
         route_ns = fabric_routes(header.get("fabric", ""))
     tr = model(header, events, route_ns)
-    tr.lost = lost
+    # The same loss may be told both ways (the header's count, a LOST line).
+    tr.lost = max(overwritten, lost)
     return tr
 
 
@@ -328,12 +330,13 @@ def first_reordering(tr: Trace, off: int = DOORBELL):
     """
     arrived = sorted((w for w in tr.writes.values() if w.arrive is not None and w.off == off),
                      key=lambda w: (w.arrive, w.lines[-1]))
-    seen = []
+    seen: dict[int, list[int]] = {}         # window -> seqs arrived so far, sorted
     for w in arrived:
-        later = [o for o in seen if o.win == w.win and o.seq > w.seq]
-        if later:
-            return w, min(later, key=lambda o: o.seq)
-        seen.append(w)
+        seqs = seen.setdefault(w.win, [])
+        i = bisect.bisect_right(seqs, w.seq)
+        if i < len(seqs):
+            return w, tr.writes[seqs[i]]
+        bisect.insort(seqs, w.seq)
     return None
 
 
@@ -360,15 +363,21 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
     """
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
+    ends: dict[int, list[int]] = {}         # CPU -> end times of its barriers, sorted
+    for s in tr.spans:
+        if s.kind == barrier:
+            ends.setdefault(s.cpu, []).append(s.end)
+    for v in ends.values():
+        v.sort()
     best = None
     for a, b in zip(dbs, dbs[1:]):
         if a.cpu == b.cpu or a.win != b.win:
             continue
-        done = [s for s in tr.spans if s.kind == barrier and s.cpu == a.cpu
-                and a.post <= s.end <= b.post]
-        if not done:
+        cpu_ends = ends.get(a.cpu, [])
+        i = bisect.bisect_left(cpu_ends, a.post)
+        if i == len(cpu_ends) or cpu_ends[i] > b.post:
             continue
-        end = done[0].end
+        end = cpu_ends[i]
         if barrier == "mmiowb" and a.arrive <= end:
             continue
         gap = b.post - end
@@ -397,15 +406,16 @@ def describe_reordering(old: Write, new: Write) -> str:
 
 
 def describe_late(d: Write, ret: Return, q: Irq) -> str:
-    where = ("before the disable reached the card" if d.arrive is None or q.ts < d.arrive
-             else "just after the disable reached the card: the card had raised it before")
+    when = ("before it arrived" if d.arrive is None or q.ts < d.arrive else
+            f"{_us(q.ts - d.arrive)} after it arrived (raised before: the card raises its "
+            "interrupt only while it is enabled)")
     return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
-            f"{ret.call} returned {_us(ret.ts - d.post)} later, the card still quiet as far as "
-            f"the driver knew; the card's interrupt (irq {q.irq}) was handled on CPU {q.cpu} "
-            f"{_us(q.ts - ret.ts)} after that return, {where}"
-            + (f" (it arrived {_us(d.arrive - d.post)} after it was posted)"
-               if d.arrive is not None else "")
-            + ": a late interrupt")
+            f"{ret.call} returned {_us(ret.ts - d.post)} later"
+            + (f"; the write reached the card {_us(d.arrive - d.post)} after it was posted"
+               if d.arrive is not None else "; the write had not reached the card when the "
+               "trace ends")
+            + f"; the card's interrupt (irq {q.irq}) was handled on CPU {q.cpu} "
+            f"{_us(q.ts - ret.ts)} after that return, {when}: a late interrupt")
 
 
 def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
@@ -545,8 +555,9 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     tr = parse(text)
     warnings = []
     if tr.lost:
-        warnings.append(f"the trace buffer overflowed: {tr.lost} events were lost (the oldest "
-                        "ones); record a shorter run")
+        warnings.append(f"the trace buffer was full: its {tr.lost} oldest events were "
+                        "overwritten, so the trace holds the end of the run only (in the lab "
+                        "VM, RECORD_KB=4096 record ... keeps four times as much)")
     if tr.header.get("trace_clock", "mono") != "mono":
         warnings.append(f"trace_clock is {tr.header['trace_clock']!r}, not 'mono': the line "
                         "timestamps are not on the fabric's clock")
@@ -796,10 +807,14 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     dev_top, dev_h = lane[("device", 0)]
     b_top, b_h = lane[("bridge", 0)]
     label_slots = []
+    # The interrupt disables whose call returned (and those a late interrupt followed).
+    disables = {r.disabled.seq for r in rets}
+    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)}
     for w in writes:
         is_db = w.off == doorbell
-        colour = CPU_COLOURS[w.cpu % 4] if is_db else GREY
-        hot = RED if (w.overtaken or w.stale) else colour
+        is_off = w.seq in disables
+        colour = CPU_COLOURS[w.cpu % 4] if is_db or is_off else GREY
+        hot = RED if (w.overtaken or w.stale or w.seq in too_late) else colour
         top, hgt = lane[("cpu", w.cpu)]
         qy = top + 26 + q_rows[w.seq] * row_h
         by = b_top + 20 + b_rows[w.seq] * row_h
@@ -823,7 +838,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         a(f'<circle cx="{xp:.1f}" cy="{qy}" r="{3.5 if is_db else 2.5}" fill="{colour}"/>')
         a(f'<line x1="{xp:.1f}" y1="{qy}" x2="{xd:.1f}" y2="{qy}" stroke="{colour}" '
           f'stroke-width="{3 if is_db else 1.5}" stroke-opacity="0.55"/>')
-        label = f"{w.val}" if is_db else reg
+        label = f"{w.val}" if is_db else f"{reg}={w.val}" if is_off else reg
         a(f'<text x="{xp - 5:.1f}" y="{qy + 4}" text-anchor="end" class="code" '
           f'style="fill:{colour}">{_e(label)}</text>')
         # into the bridge
@@ -845,8 +860,9 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
           f'stroke-width="{1.6 if is_db else 1}" marker-end="{arrow(hot)}"/>')
         a(f'<circle cx="{xa:.1f}" cy="{dy}" r="{5 if is_db else 3}" fill="{hot}" '
           'stroke="white"/>')
-        if is_db:
-            txt = f"sees {w.val}" + (" (stale)" if w.stale else "")
+        if is_db or is_off:
+            txt = f"sees {w.val}" + (" (stale)" if w.stale else "") if is_db else \
+                "interrupts off" + (" (too late)" if w.seq in too_late else "")
             half = 3.4 * len(txt)
             cx = min(max(xa, left + half), width - 4 - half)
             slot = 0
@@ -854,7 +870,8 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
                 slot += 1
             label_slots.append((cx, half, slot))
             a(f'<text x="{cx:.1f}" y="{dy + 18 + slot * 13}" text-anchor="middle" class="code" '
-              f'style="fill:{hot}{";font-weight:bold" if w.stale else ""}">{_e(txt)}</text>')
+              f'style="fill:{hot}{";font-weight:bold" if w.stale or w.seq in too_late else ""}">'
+              f'{_e(txt)}</text>')
         a("</g>")
 
     # Legend.
