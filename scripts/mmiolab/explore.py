@@ -1,0 +1,437 @@
+"""The lab VM with the student's own driver in it, and their runs drawn.
+
+`make -C labs/LAB vm` (scripts/kit labvm) builds the student's file with the
+grader's own build and checks (lab.build_driver, objcheck: the same Kbuild,
+the same confinement, the same messages), boots the lab VM with the lab's
+fabric (lab.toml [fabric], plus FABRIC words) and puts the module, the lab's
+test programs, a README and a banner in /job. The guest's `record` helper
+(vm/record) sends each traced run through the second serial port, which the
+host keeps in a file; `make -C labs/LAB timeline` (scripts/kit timeline)
+draws the last one with timeline.draw().
+
+Each boot is a session folder, build/explore/LAB/runs/STAMP/: console.log,
+channel.log (the recordings, as sent), and what was drawn from them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import gzip
+import os
+import re
+import shutil
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+
+from . import BUILD, ROOT, initramfs, objcheck, submission, timeline, vm
+from .grade import fabric_append
+from .lab import (BuildFailed, Lab, build_driver, build_text, confinement, disassemble,
+                  guest_programs, scratch_root)
+from .labspec import LabSpec
+
+KEEP_SESSIONS = 20
+RECORD_RE = re.compile(r"^=== mmiolab record (\d+) (begin|end) ===$")
+# The lab page's guest commands: lines of its literal blocks that start with
+# the guest's prompt (vm/init's shell in /job); the banner shows them.
+PROMPT = "mmiolab:/job# "
+FABRIC_WORD = re.compile(r"^(?:mmiosim\.)?([a-z_][a-z0-9_]*)=([^\s'\"\\]+)$")
+
+
+class ExploreError(Exception):
+    """Something the student must fix first; the message says what."""
+
+
+def out_dir(spec: LabSpec) -> str:
+    return os.path.join(BUILD, "explore", spec.name)
+
+
+def runs_dir(spec: LabSpec) -> str:
+    return os.path.join(out_dir(spec), "runs")
+
+
+# --- the fabric ---------------------------------------------------------------
+
+
+def fabric_words(spec: LabSpec, extra: str = "") -> list[str]:
+    """Kernel command-line words for the lab's fabric, with the student's
+    FABRIC words ("profile=pc jitter_ns=0", "mmiosim." optional) on top:
+    a parameter given again replaces the lab's value."""
+    params: dict[str, str] = {}
+    for word in fabric_append(spec):
+        key, val = word.removeprefix("mmiosim.").split("=", 1)
+        params[key] = val
+    for word in extra.split():
+        m = FABRIC_WORD.match(word)
+        if not m:
+            raise ExploreError(f"FABRIC: {word!r} is not a fabric parameter: write NAME=VALUE, "
+                               "e.g. FABRIC='profile=pc' (the names are those of "
+                               "/sys/kernel/debug/mmiosim/params)")
+        key = "locking" if m.group(1) == "semantics" else m.group(1)
+        params[key] = m.group(2)
+    return [f"mmiosim.{k}={v}" for k, v in params.items()]
+
+
+# --- the driver, built and checked as the grader does it ----------------------
+
+
+@dataclass
+class Built:
+    ko: str
+    shown: str                      # the submission, as the student named it
+    warnings: list[str]
+    notes: list[str] = field(default_factory=list)
+    confined: bool = True
+
+
+def _as_submitted(text: str, spec: LabSpec, shown: str) -> str:
+    """The build's messages name the file the grader compiled (ringdrv.c):
+    name it as the student did when that is another file name."""
+    name = os.path.basename(shown)
+    if name == spec.files[0] or not name:
+        return text
+    return re.sub(rf"(?<![\w./-]){re.escape(spec.files[0])}(?=:)", name, text)
+
+
+def build(spec: LabSpec, source: str, shown: str) -> Built:
+    """Intake, build and check one driver source as grade._grade does (the same
+    calls, in the same order; grade.py has no one function for it yet);
+    ExploreError with the grader's words (and the whole build log, as the
+    compiler and modpost printed it) when it would not be run."""
+    if not os.path.exists(source):
+        raise ExploreError(f"{shown}: no such file")
+    work = tempfile.mkdtemp(prefix="explore-", dir=scratch_root())
+    try:
+        intake = submission.intake_for_lab(spec, source, os.path.join(work, "intake"),
+                                           bounded=True)
+        if not intake.ok:
+            raise ExploreError(build_text(intake.describe().replace(
+                submission.printable(source), shown)))
+        notes = [f"ignored {i.source}: {i.reason}" for i in intake.ignored]
+        for taken in intake.taken:
+            with open(taken.path, encoding="utf-8", errors="replace") as f:
+                notes += objcheck.source_flags(f.read())
+        confined, why = confinement()
+        if not confined:
+            notes.append(f"the build ran unconfined ({why}); the grader confines it")
+        dest = os.path.join(out_dir(spec), "module")
+        try:
+            built = build_driver(Lab(spec.name, spec.module), intake.files()[spec.files[0]],
+                                 dest, timeout=spec.limits.build_timeout, confined=confined)
+        except BuildFailed as e:
+            log = ""
+            if os.path.exists(os.path.join(dest, "build.log")):
+                with open(os.path.join(dest, "build.log")) as f:
+                    log = f.read()
+            raise ExploreError(f"{os.path.basename(shown)} does not compile:\n"
+                               + _as_submitted(log or str(e), spec, shown))
+        with open(built.ko, "rb") as f:
+            found = objcheck.check_elf(f.read(), spec.symbol_allowed)
+        if not found.verdict:
+            try:
+                found = objcheck.check_code(objcheck.parse_objdump(
+                    disassemble(built.ko, confined=confined)))
+            except BuildFailed as e:
+                found = objcheck.Findings(refused=[str(e)])
+        notes += found.flags
+        if found.verdict:
+            raise ExploreError("the module was not run: " + found.why)
+        return Built(built.ko, shown, [_as_submitted(w, spec, shown) for w in built.warnings],
+                     notes, confined)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- what the guest gets ------------------------------------------------------
+
+
+def page_commands(spec: LabSpec) -> list[str]:
+    """The guest commands of the lab page's "Explore first" section."""
+    path = os.path.join(spec.dir, "README.rst")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return [line.strip()[len(PROMPT):] for line in text.splitlines()
+            if line.strip().startswith(PROMPT)]
+
+
+def banner(spec: LabSpec, built: Built, programs: list[str], cpus: int) -> str:
+    cmds = page_commands(spec) or [f"insmod {spec.module}.ko", *programs,
+                                   f"record {programs[0] if programs else 'COMMAND'}",
+                                   f"rmmod {spec.module}"]
+    width = max(len(c) for c in cmds)
+    lines = [f"mmiolab lab VM: {spec.title}",
+             f"Your driver: /job/{spec.module}.ko, built from {built.shown}; "
+             f"{cpus} CPUs. Read /job/README.", "",
+             "Try (the commands of the lab page's \"Explore first\"):"]
+    lines += [f"  {c:<{width}}" for c in cmds]
+    lines += ["", f"Leave with Ctrl-A X (or exit); then, on the host, "
+                  f"make -C labs/{spec.name} timeline draws your last recording."]
+    return "\n".join(lines) + "\n"
+
+
+README = """\
+mmiolab lab VM: {title}
+
+What is here (/job, also on PATH)
+  {module}.ko      your driver, built from {shown} with the grader's Kbuild
+  {programs}      the lab's test program(s): the grader's own; -h lists the options
+  record         runs a command with the fabric's trace events on, and sends
+                 the trace to the host (a copy stays in /tmp/record-N.txt)
+  README         this file
+
+Your driver
+  insmod {module}.ko               load it (it binds to the card: dmesg says so)
+  rmmod {module}                   unload it
+  lsmod                            what is loaded
+  After a run that went wrong the card and your driver no longer agree on the
+  ring: rmmod and insmod again before the next run (the grader loads your driver
+  afresh for every seed). To try a changed driver, leave and make ... vm again.
+
+The lab's test
+{usage}
+The fabric and the card: {dbg}
+  cat {dbg}/params                 its settings (the grader's for this lab)
+  cat {dbg}/stats                  writes posted and delivered, overtakes, reads, mmiowb()
+  cat {dbg}/ring0/counters         the card's: doorbells, stale_doorbells, executed ...
+  echo seed=7 > {dbg}/params       another seed of the fabric's random draws
+  Other settings: on the host, make -C labs/{lab} vm FABRIC='profile=pc' (any NAME=VALUE
+  of params; the lab's are {fabric}).
+
+Tracing
+  record {example}      trace one run, then draw it on the host (see below)
+  By hand: echo 1 > /sys/kernel/tracing/events/mmiosim/enable, run something,
+  echo 0 > /sys/kernel/tracing/events/mmiosim/enable, cat /sys/kernel/tracing/trace
+  (echo mono > /sys/kernel/tracing/trace_clock first puts the lines on the fabric's clock).
+
+Leaving, and the picture
+  Ctrl-A X (or exit, or poweroff) leaves the VM. On the host:
+    make -C labs/{lab} timeline          draws the last recording (SVG, in the browser)
+    make -C labs/{lab} timeline REC=2    recording 2 of the last session
+  and prints what it found: the first stale doorbell or late interrupt, with the
+  lines of the trace around it.
+"""
+
+USAGE = {
+    "ringtest": "  ringtest                     1000 commands per CPU, one thread per CPU; ok or not ok\n"
+                "  ringtest -n 200 -t 2 -s 7    200 commands per thread, 2 threads, payload seed 7\n"
+                "  ringtest -m 1                (modern lab) submit path 1, 2 or 3\n",
+    "posttest": "  posttest -n 200              200 sessions stopped with commands in flight\n"
+                "  posttest -n 20 -w slowest    sessions that wait for their commands first\n",
+}
+
+
+def readme(spec: LabSpec, built: Built, programs: list[str]) -> str:
+    usage = "".join(USAGE.get(p, f"  {p}\n") for p in programs)
+    return README.format(title=spec.title, module=spec.module, shown=built.shown,
+                         programs=", ".join(programs).ljust(9), usage=usage, lab=spec.name,
+                         dbg="/sys/kernel/debug/mmiosim",
+                         fabric=" ".join(f"{k}={v}" for k, v in spec.fabric.items()) or "none",
+                         example=f"{programs[0]} -n 500" if programs else "COMMAND")
+
+
+# The guest's own, with /job on PATH.
+PROFILE = initramfs.PROFILE.replace("PATH=/bin:/sbin:/usr/bin", "PATH=/bin:/sbin:/usr/bin:/job")
+
+
+def guest_files(spec: LabSpec, built: Built, cpus: int) -> dict[str, str | bytes]:
+    progs = guest_programs(Lab(spec.name, spec.module))
+    files: dict[str, str | bytes] = {f"/job/{spec.module}.ko": built.ko}
+    for name, path in progs.items():
+        files[f"/job/{name}"] = path
+    names = sorted(progs)
+    files["/job/README"] = readme(spec, built, names).encode()
+    files["/job/banner"] = banner(spec, built, names, cpus).encode()
+    files["/job/lab"] = f"{spec.name}\n".encode()
+    files["/job/driver"] = f"{built.shown}\n".encode()
+    files["/etc/profile"] = PROFILE.encode()
+    return files
+
+
+# --- sessions and recordings --------------------------------------------------
+
+
+def new_session(spec: LabSpec) -> str:
+    """A fresh session folder; only the newest KEEP_SESSIONS are kept."""
+    base = runs_dir(spec)
+    os.makedirs(base, exist_ok=True)
+    old = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    for d in old[:max(0, len(old) - KEEP_SESSIONS + 1)]:
+        shutil.rmtree(os.path.join(base, d), ignore_errors=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path, n = os.path.join(base, stamp), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(base, f"{stamp}-{n}")
+    os.makedirs(path)
+    return path
+
+
+@dataclass
+class Recording:
+    number: int
+    text: str               # the trace file as the guest wrote it ("" if it did not arrive whole)
+    problem: str = ""       # why it is incomplete
+
+
+def recordings(channel: str) -> list[Recording]:
+    """The recordings a session's channel file holds, in the order sent."""
+    try:
+        with open(channel, "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return []
+    out, cur, body = [], None, []
+    for line in data.replace("\r", "").split("\n"):
+        m = RECORD_RE.match(line)
+        if m and m.group(2) == "begin":
+            if cur is not None:
+                out.append(Recording(cur, "", "another recording began before it ended"))
+            cur, body = int(m.group(1)), []
+        elif m and cur is not None and int(m.group(1)) == cur:
+            try:
+                text = gzip.decompress(base64.b64decode("".join(body), validate=True))
+                out.append(Recording(cur, text.decode("utf-8", "replace")))
+            except (binascii.Error, OSError, EOFError, zlib.error) as e:
+                out.append(Recording(cur, "", f"it arrived damaged ({e})"))
+            cur = None
+        elif cur is not None:
+            body.append(line.strip())
+    if cur is not None:
+        out.append(Recording(cur, "", "the VM stopped while it was being sent"))
+    return out
+
+
+def save_recordings(session: str) -> list[str]:
+    """Write each whole recording of a session as record-N.txt; their paths."""
+    paths = []
+    for rec in recordings(os.path.join(session, "channel.log")):
+        if rec.text:
+            path = os.path.join(session, f"record-{rec.number}.txt")
+            if not os.path.exists(path):
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(rec.text)
+            paths.append(path)
+    return paths
+
+
+def sessions(spec: LabSpec) -> list[str]:
+    """Session folders, newest first."""
+    base = runs_dir(spec)
+    if not os.path.isdir(base):
+        return []
+    return [os.path.join(base, d) for d in sorted(os.listdir(base), reverse=True)
+            if os.path.isdir(os.path.join(base, d))]
+
+
+def shown_path(path: str) -> str:
+    """A path as the student should see it: from the top of the kit."""
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
+# --- the whole commands ---------------------------------------------------------
+
+
+def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0,
+          accel: str = "", say=print) -> int:
+    """Build, check, boot; after the VM exits, say what was recorded."""
+    words = fabric_words(spec, fabric)
+    built = build(spec, source, shown)
+    say(f"mmiolab: {spec.name}: built {spec.module}.ko from {shown} with the grader's Kbuild"
+        + (" and checks" if built.confined else ""))
+    if built.warnings:
+        say("mmiolab: the build printed warnings (the grader's build test fails on any):\n  "
+            + "\n  ".join(built.warnings))
+    for note in built.notes:
+        say(f"mmiolab: note: {note}")
+    cfg = vm.VMConfig(append=words)
+    if smp:
+        cfg.smp = smp
+    if accel:
+        cfg.accel = accel
+    session = new_session(spec)
+    say(f"mmiolab: fabric: {' '.join(words)}")
+    rc = vm.interactive(cfg, files=guest_files(spec, built, cfg.smp), log_dir=session)
+    saved = save_recordings(session)
+    broken = [r for r in recordings(os.path.join(session, "channel.log")) if not r.text]
+    for r in broken:
+        say(f"mmiolab: recording {r.number} is incomplete: {r.problem}")
+    if saved:
+        say(f"mmiolab: {len(saved)} recording(s) in {shown_path(session)}; draw the last one "
+            f"with: make -C labs/{spec.name} timeline")
+    return rc
+
+
+@dataclass
+class Drawn:
+    trace: str
+    svg: str
+    html: str
+    excerpt: str
+    drawing: timeline.Drawing
+
+
+def find_recording(spec: LabSpec | None, rec: int = 0, path: str = "") -> tuple[str, str]:
+    """(trace text, its file) of the recording to draw: `path` (a trace, or a
+    session's channel.log), else recording `rec` (default: the last) of the
+    newest session of the lab that has one."""
+    if path:
+        if not os.path.exists(path):
+            raise ExploreError(f"{path}: no such file")
+        if path.endswith("channel.log") or os.path.isdir(path):
+            session = path if os.path.isdir(path) else os.path.dirname(path)
+            return _pick(session, rec)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(), path
+    assert spec is not None
+    for session in sessions(spec):
+        if os.path.exists(os.path.join(session, "channel.log")) and \
+                recordings(os.path.join(session, "channel.log")):
+            return _pick(session, rec)
+    raise ExploreError(f"no recording of lab {spec.name} yet: in the lab VM "
+                       f"(make -C labs/{spec.name} vm), run e.g. 'record ringtest' first")
+
+
+def _pick(session: str, rec: int) -> tuple[str, str]:
+    recs = recordings(os.path.join(session, "channel.log"))
+    if not recs:
+        raise ExploreError(f"{shown_path(session)}: no recording in this session")
+    pick = next((r for r in recs if r.number == rec), None) if rec else recs[-1]
+    if pick is None:
+        raise ExploreError(f"{shown_path(session)}: no recording {rec} (it has "
+                           f"{', '.join(str(r.number) for r in recs)})")
+    if not pick.text:
+        raise ExploreError(f"recording {pick.number} of {shown_path(session)} is incomplete: "
+                           f"{pick.problem}")
+    path = os.path.join(session, f"record-{pick.number}.txt")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(pick.text)
+    return pick.text, path
+
+
+def draw_file(text: str, path: str, title: str = "") -> Drawn:
+    """Draw a recorded trace next to it: .svg, .html (picture, finding, excerpt)
+    and .excerpt.txt."""
+    title = title or f"{os.path.basename(path)}: {_head(text, 'command') or 'a recorded run'}"
+    d = timeline.draw(text, title=title, ident="tl")
+    stem = path[:-4] if path.endswith(".txt") else path
+    out = Drawn(path, stem + ".svg", stem + ".html", stem + ".excerpt.txt", d)
+    if d.svg:
+        with open(out.svg, "w", encoding="utf-8") as f:
+            f.write(d.svg)
+    with open(out.html, "w", encoding="utf-8") as f:
+        f.write(timeline.html_page(d, title))
+    with open(out.excerpt, "w", encoding="utf-8") as f:
+        f.write(d.excerpt)
+    return out
+
+
+def _head(text: str, key: str) -> str:
+    m = re.search(rf"(?m)^# {key}: (.*)$", text[:65536])
+    return m.group(1).strip() if m else ""
