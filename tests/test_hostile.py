@@ -422,6 +422,8 @@ def console_says(*words):
             nonce = f.readline().split(" ", 1)[0]
         t.assertGreaterEqual(len(nonce), 32)
         t.assertNotIn(nonce, console, "the nonce reached the console")
+        with open(os.path.join(out_dir, "qemu.cmd")) as f:
+            t.assertNotIn(nonce, f.read(), "the nonce is on the kernel command line")
     return check
 
 
@@ -733,7 +735,7 @@ class CorpusTest(unittest.TestCase):
 
     def test_student_outputs_name_no_host_path(self):
         for c in self.cases:
-            for name in ("results.json", "summary.txt"):
+            for name in ("results.json", "summary.txt", "junit.xml"):
                 with open(os.path.join(self.out, c.sid, name)) as f:
                     text = f.read()
                 for host in (ROOT, BUILD, self.tmp, kernel.SRC):
