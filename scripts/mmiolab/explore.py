@@ -37,7 +37,7 @@ RECORD_RE = re.compile(r"^=== mmiolab record (\d+) (begin|end) ===$")
 # The lab page's guest commands: lines of its literal blocks that start with
 # the guest's prompt (vm/init's shell in /job); the banner shows them.
 PROMPT = "mmiolab:/job# "
-FABRIC_WORD = re.compile(r"^(?:mmiosim\.)?([a-z_][a-z0-9_]*)=([^\s'\"\\]+)$")
+FABRIC_WORD = re.compile(r"^(?:mmiosim\.)?([a-z_][a-z0-9_]*)=([A-Za-z0-9_.,:+-]+)$")
 
 
 class ExploreError(Exception):
@@ -163,12 +163,11 @@ def banner(spec: LabSpec, built: Built, programs: list[str], cpus: int) -> str:
     cmds = page_commands(spec) or [f"insmod {spec.module}.ko", *programs,
                                    f"record {programs[0] if programs else 'COMMAND'}",
                                    f"rmmod {spec.module}"]
-    width = max(len(c) for c in cmds)
     lines = [f"mmiolab lab VM: {spec.title}",
              f"Your driver: /job/{spec.module}.ko, built from {built.shown}; "
              f"{cpus} CPUs. Read /job/README.", "",
              "Try (the commands of the lab page's \"Explore first\"):"]
-    lines += [f"  {c:<{width}}" for c in cmds]
+    lines += [f"  {c}" for c in cmds]
     lines += ["", f"Leave with Ctrl-A X (or exit); then, on the host, "
                   f"make -C labs/{spec.name} timeline draws your last recording."]
     return "\n".join(lines) + "\n"
@@ -179,72 +178,64 @@ mmiolab lab VM: {title}
 
 What is here (/job, also on PATH)
   {module}.ko      your driver, built from {shown} with the grader's Kbuild
-  {programs}      the lab's test program(s): the grader's own; -h lists the options
+  {programs}      the lab's test program(s), the grader's own: -h lists the options
   record         runs a command with the fabric's trace events on, and sends
                  the trace to the host (a copy stays in /tmp/record-N.txt)
   README         this file
 
+The lab page's commands ("Explore first"; also on the banner)
+{commands}
 Your driver
   insmod {module}.ko               load it (it binds to the card: dmesg says so)
   rmmod {module}                   unload it
-  lsmod                            what is loaded
   After a run that went wrong the card and your driver no longer agree on the
   ring: rmmod and insmod again before the next run (the grader loads your driver
   afresh for every seed). To try a changed driver, leave and make ... vm again.
 
-The lab's test
-{usage}
-The fabric and the card: {dbg}
-  cat {dbg}/params                 its settings (the grader's for this lab)
-  cat {dbg}/stats                  writes posted and delivered, overtakes, reads, mmiowb()
-  cat {dbg}/ring0/counters         the card's: doorbells, stale_doorbells, executed ...
-  echo seed=7 > {dbg}/params       another seed of the fabric's random draws
-  Other settings: on the host, make -C labs/{lab} vm FABRIC='profile=pc' (any NAME=VALUE
-  of params; the lab's are {fabric}).
+The fabric and the card: /sys/kernel/debug/mmiosim/
+  params          its settings (this VM's: {fabric})
+  stats           its counters: writes posted and delivered, overtakes, reads, mmiowbs
+  ring0/counters  the card's: doorbells, stale_doorbells, executed, stale_descriptors ...
+  echo seed=7 > /sys/kernel/debug/mmiosim/params    another seed of its random draws
+  Other settings at boot: on the host, make -C labs/{lab} vm FABRIC='profile=pc'
+  (any NAME=VALUE of params).
 
 Tracing
-  record {example}      trace one run, then draw it on the host (see below)
+  record COMMAND                   trace one run of COMMAND, then draw it on the host;
+                                   RECORD_KB=4096 record ... keeps more of a long run
   By hand: echo 1 > /sys/kernel/tracing/events/mmiosim/enable, run something,
   echo 0 > /sys/kernel/tracing/events/mmiosim/enable, cat /sys/kernel/tracing/trace
   (echo mono > /sys/kernel/tracing/trace_clock first puts the lines on the fabric's clock).
 
 Leaving, and the picture
-  Ctrl-A X (or exit, or poweroff) leaves the VM. On the host:
+  exit (or Ctrl-A X, or poweroff) leaves the VM. On the host:
     make -C labs/{lab} timeline          draws the last recording (SVG, in the browser)
     make -C labs/{lab} timeline REC=2    recording 2 of the last session
   and prints what it found: the first stale doorbell or late interrupt, with the
   lines of the trace around it.
 """
 
-USAGE = {
-    "ringtest": "  ringtest                     1000 commands per CPU, one thread per CPU; ok or not ok\n"
-                "  ringtest -n 200 -t 2 -s 7    200 commands per thread, 2 threads, payload seed 7\n"
-                "  ringtest -m 1                (modern lab) submit path 1, 2 or 3\n",
-    "posttest": "  posttest -n 200              200 sessions stopped with commands in flight\n"
-                "  posttest -n 20 -w slowest    sessions that wait for their commands first\n",
-}
 
-
-def readme(spec: LabSpec, built: Built, programs: list[str]) -> str:
-    usage = "".join(USAGE.get(p, f"  {p}\n") for p in programs)
+def readme(spec: LabSpec, built: Built, programs: list[str], words: list[str]) -> str:
+    cmds = page_commands(spec)
     return README.format(title=spec.title, module=spec.module, shown=built.shown,
-                         programs=", ".join(programs).ljust(9), usage=usage, lab=spec.name,
-                         dbg="/sys/kernel/debug/mmiosim",
-                         fabric=" ".join(f"{k}={v}" for k, v in spec.fabric.items()) or "none",
-                         example=f"{programs[0]} -n 500" if programs else "COMMAND")
+                         programs=", ".join(programs).ljust(9), lab=spec.name,
+                         commands="".join(f"  {c}\n" for c in cmds) or "  (none)\n",
+                         fabric=" ".join(w.removeprefix("mmiosim.") for w in words))
 
 
 # The guest's own, with /job on PATH.
 PROFILE = initramfs.PROFILE.replace("PATH=/bin:/sbin:/usr/bin", "PATH=/bin:/sbin:/usr/bin:/job")
 
 
-def guest_files(spec: LabSpec, built: Built, cpus: int) -> dict[str, str | bytes]:
+def guest_files(spec: LabSpec, built: Built, cpus: int,
+                words: list[str]) -> dict[str, str | bytes]:
     progs = guest_programs(Lab(spec.name, spec.module))
     files: dict[str, str | bytes] = {f"/job/{spec.module}.ko": built.ko}
     for name, path in progs.items():
         files[f"/job/{name}"] = path
     names = sorted(progs)
-    files["/job/README"] = readme(spec, built, names).encode()
+    files["/job/README"] = readme(spec, built, names, words).encode()
     files["/job/banner"] = banner(spec, built, names, cpus).encode()
     files["/job/lab"] = f"{spec.name}\n".encode()
     files["/job/driver"] = f"{built.shown}\n".encode()
@@ -356,7 +347,7 @@ def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0
         cfg.accel = accel
     session = new_session(spec)
     say(f"mmiolab: fabric: {' '.join(words)}")
-    rc = vm.interactive(cfg, files=guest_files(spec, built, cfg.smp), log_dir=session)
+    rc = vm.interactive(cfg, files=guest_files(spec, built, cfg.smp, words), log_dir=session)
     saved = save_recordings(session)
     broken = [r for r in recordings(os.path.join(session, "channel.log")) if not r.text]
     for r in broken:
