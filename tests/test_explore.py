@@ -1,0 +1,412 @@
+"""The student's own driver in the lab VM, and their own race on screen.
+
+The library half (timeline.draw: what a trace shows; explore: the channel's
+framing, the fabric words, the lab pages' commands) is tested on recorded
+and made-up traces. The rest boots the lab VM as a student does: make -C
+labs/LAB vm on a terminal (a pty), the lab page's "Explore first" commands
+typed at its prompt, then the page's make -C labs/LAB timeline on the host;
+the starter's recording must show a stale doorbell (posting: a late
+interrupt), the reference fix's none.
+"""
+
+import base64
+import gzip
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import unittest
+
+from mmiolab import BUILD, ROOT, explore, handout, timeline
+from mmiolab.labspec import lab_names, load_lab
+from vmtest import log_dir, need_guest, report
+
+FIGURES = os.path.join(ROOT, "Documentation", "figures")
+PROMPT = re.compile(rb"mmiolab:/job# ")
+HOST_CMD = re.compile(r"^\s*\$ (make -C labs/(\w+) (vm|timeline)\b.*)$", re.M)
+# Tries of a recorded race on a busy host: the race needs both vCPUs running
+# at once (labstats: the starter fails 100 runs in 100 on a quiet machine).
+RACE_TRIES = 5
+
+
+def page(lab: str) -> str:
+    with open(os.path.join(ROOT, "labs", lab, "README.rst"), encoding="utf-8") as f:
+        return f.read()
+
+
+def host_commands(lab: str) -> list[str]:
+    return [m.group(1) for m in HOST_CMD.finditer(page(lab)) if m.group(2) == lab]
+
+
+def made_up_trace(irq_after_return: bool) -> str:
+    """A posting-lab run: a doorbell and the INT_ENABLE=0 write posted by
+    posttest, its ioctl() returning, both writes arriving 1.6 ms later, and
+    the card's interrupt handled after that return or before the disable."""
+    irq = "          <idle>-0       [001] d.H..     {}: irq_handler_entry: irq=24 name=postdrv"
+    lines = [
+        "# fabric: profile=sn2 locking=2004 route_ns=1500 jitter_ns=100000 bridge_ns=20000",
+        "# trace_clock: mono",
+        "# card_irq: 24",
+        "        posttest-74      [000] d....     1.829125: mmiosim_post: win=0 cpu=0 seq=20 off=0x1c val=0xf t=1829152832",
+        "        posttest-74      [000] d....     1.829129: mmiosim_post: win=0 cpu=0 seq=21 off=0x24 val=0x0 t=1829184768",
+        "        posttest-74      [000] .....     1.829135: sys_exit: NR 16 = 0",
+        "          <idle>-0       [000] d.h..     1.830763: mmiosim_drain: cpu=0 seq=20 t=1829152832",
+        "          <idle>-0       [000] d.h..     1.830765: mmiosim_drain: cpu=0 seq=21 t=1829184768",
+        "          <idle>-0       [000] d.h..     1.830766: mmiosim_arrive: win=0 cpu=0 seq=20 off=0x1c val=0xf t=1830765485",
+        "          <idle>-0       [000] d.h..     1.830790: mmiosim_arrive: win=0 cpu=0 seq=21 off=0x24 val=0x0 t=1830789621",
+    ]
+    if irq_after_return:
+        lines.append(irq.format("1.830844"))
+    else:
+        lines.insert(4, irq.format("1.829127"))
+    return "\n".join(lines) + "\n"
+
+
+class TimelineTest(unittest.TestCase):
+    """What timeline.draw() finds in a trace: exact, from the trace alone."""
+
+    def test_recorded_race_shows_its_stale_doorbell(self):
+        with open(os.path.join(FIGURES, "race-trace.txt"), encoding="utf-8") as f:
+            d = timeline.draw(f.read(), title="race")
+        self.assertEqual(d.finding.kind, "stale-doorbell")
+        self.assertTrue(d.finding.failure)
+        self.assertIn("the card saw 21 and then 20", d.finding.text)
+        self.assertIn('class="mmiosim-write doorbell overtaken stale"', d.svg)
+        self.assertIn("1 stale doorbells", d.summary)
+
+    def test_recorded_fixes_show_no_failure(self):
+        for name, kind in (("fix-mmiowb", "mmiowb"), ("fix-readback", "read")):
+            with open(os.path.join(FIGURES, f"{name}-trace.txt"), encoding="utf-8") as f:
+                d = timeline.draw(f.read(), title=name)
+            self.assertEqual(d.finding.kind, kind, name)
+            self.assertFalse(d.finding.failure, name)
+            self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale"', name)
+
+    def test_late_interrupt_is_one_after_the_disabling_call_returned(self):
+        d = timeline.draw(made_up_trace(irq_after_return=True))
+        self.assertEqual(d.finding.kind, "late-interrupt")
+        self.assertIn("its ioctl() returned 6.0 \u00b5s later", d.finding.text)
+        self.assertIn("1 interrupts of the card (1 late)", d.summary)
+        self.assertIn("interrupts off (too late)", d.svg)
+        self.assertIn('class="mmiosim-irq late"', d.svg)
+        d = timeline.draw(made_up_trace(irq_after_return=False))
+        self.assertEqual(d.finding.kind, "disable")
+        self.assertIn("(0 late)", d.summary)
+        self.assertNotIn("too late", d.svg)
+
+    def test_late_interrupt_needs_the_card_irq(self):
+        text = made_up_trace(True).replace("# card_irq: 24\n", "# card_irq: 25\n")
+        self.assertEqual(timeline.draw(text).finding.kind, "disable")
+
+    def test_overwritten_events_are_said(self):
+        text = "# entries-in-buffer/entries-written: 11/40   #P:2\n" + made_up_trace(True)
+        d = timeline.draw(text)
+        self.assertTrue(any("29 oldest events were overwritten" in w for w in d.warnings),
+                        d.warnings)
+
+    def test_nothing_to_draw_is_said_not_drawn(self):
+        d = timeline.draw("# tracer: nop\n")
+        self.assertIsNone(d.finding)
+        self.assertEqual(d.svg, "")
+
+
+def frame(n: int, text: str, cut: int = 0, end: bool = True) -> str:
+    body = base64.encodebytes(gzip.compress(text.encode())).decode()
+    if cut:
+        body = body[:cut] + "\n"
+    return (f"=== mmiolab record {n} begin ===\r\r\n" + body.replace("\n", "\r\r\n")
+            + (f"=== mmiolab record {n} end ===\r\r\n" if end else ""))
+
+
+class ExploreHostTest(unittest.TestCase):
+    def test_recordings_come_back_whole_or_are_said_incomplete(self):
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            channel = os.path.join(tmp, "channel.log")
+            with open(channel, "w") as f:
+                f.write(frame(1, "trace one\n") + frame(2, "trace two\n" * 500, cut=40)
+                        + frame(3, "trace three\n", end=False))
+            recs = explore.recordings(channel)
+            self.assertEqual([r.number for r in recs], [1, 2, 3])
+            self.assertEqual(recs[0].text, "trace one\n")
+            self.assertIn("damaged", recs[1].problem)
+            self.assertIn("stopped while it was being sent", recs[2].problem)
+            self.assertEqual(explore.save_recordings(tmp), [os.path.join(tmp, "record-1.txt")])
+            with self.assertRaises(explore.ExploreError) as e:
+                explore.find_recording(None, 0, channel)
+            self.assertIn("recording 3", str(e.exception))
+            text, path = explore.find_recording(None, 1, channel)
+            self.assertEqual((text, os.path.basename(path)), ("trace one\n", "record-1.txt"))
+
+    def test_fabric_words_start_from_the_lab_and_take_the_students(self):
+        spec = load_lab("posting")
+        words = explore.fabric_words(spec, "profile=pc mmiosim.seed=3 semantics=5.2")
+        self.assertIn("mmiosim.profile=pc", words)
+        self.assertIn("mmiosim.locking=5.2", words)
+        self.assertIn("mmiosim.seed=3", words)
+        self.assertIn("mmiosim.stall_ppm=5000", words)
+        self.assertEqual(len([w for w in words if w.startswith("mmiosim.profile=")]), 1)
+        for bad in ("profile", "profile=pc;reboot", "Profile=pc", "x='1'"):
+            with self.assertRaises(explore.ExploreError, msg=bad):
+                explore.fabric_words(spec, bad)
+
+    def test_every_lab_page_explores_with_these_commands(self):
+        for lab in lab_names():
+            spec = load_lab(lab)
+            cmds = explore.page_commands(spec)
+            self.assertIn(f"insmod {spec.module}.ko", cmds, lab)
+            self.assertTrue(any(c.startswith("record ") for c in cmds), lab)
+            self.assertEqual(cmds[-1], "exit", lab)
+            self.assertEqual(host_commands(lab), [f"make -C labs/{lab} vm",
+                                                  f"make -C labs/{lab} timeline"], lab)
+            built = explore.Built("/x.ko", f"starter/{spec.files[0]}", [])
+            shown = explore.banner(spec, built, ["t"], 2)
+            for c in cmds:
+                self.assertIn(f"\n  {c}\n", shown, lab)
+
+    def test_the_handout_carries_it(self):
+        files = handout.kit_files()
+        for lab in lab_names():
+            got = handout.members(load_lab(lab), files)
+            for need in ("vm/record", "scripts/kit", "scripts/mmiolab/explore.py",
+                         "scripts/mmiolab/timeline.py", "labs/lab.mk"):
+                self.assertIn(need, got, lab)
+            self.assertNotIn("scripts/trace-timeline", got, lab)
+
+
+class Console:
+    """A command on a terminal of its own, driven like a student would."""
+
+    def __init__(self, argv: list[str], cwd: str, env: dict, log: str):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:      # the child: the student's shell, in effect
+            os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        self.buf = b""
+        self.log = open(log, "wb")
+
+    def expect(self, rx: re.Pattern, timeout: float) -> str:
+        """Read until rx matches; the text up to and including the match."""
+        end = time.monotonic() + timeout
+        while True:
+            m = rx.search(self.buf)
+            if m:
+                out, self.buf = self.buf[:m.end()], self.buf[m.end():]
+                return out.decode(errors="replace").replace("\x1b[6n", "")
+            left = end - time.monotonic()
+            ready = select.select([self.fd], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                raise AssertionError(f"no {rx.pattern!r} in {timeout:.0f}s; the terminal shows:\n"
+                                     + self.buf[-3000:].decode(errors="replace"))
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"the terminal closed before {rx.pattern!r}:\n"
+                                     + self.buf[-3000:].decode(errors="replace"))
+            self.log.write(chunk)
+            self.log.flush()
+            self.buf += chunk
+
+    def type(self, line: str, timeout: float = 300) -> str:
+        """Type a command at the guest's prompt; its output, up to the next prompt."""
+        os.write(self.fd, line.encode() + b"\r")
+        return self.expect(PROMPT, timeout)
+
+    def finish(self, line: str, timeout: float = 120) -> int:
+        """Type the last command; the exit status of the whole command."""
+        os.write(self.fd, line.encode() + b"\r")
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if select.select([self.fd], [], [], 1)[0]:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    chunk = b""
+                self.log.write(chunk)
+                self.buf += chunk
+                if not chunk:
+                    break
+        return self.close()
+
+    def close(self, grace: float = 15) -> int:
+        """Wait for the command to end (at most grace seconds), else kill its
+        process group (pty.fork made it a session leader); its exit status."""
+        try:
+            end = time.monotonic() + grace
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            while pid == 0 and time.monotonic() < end:
+                time.sleep(0.2)
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == 0:
+                os.killpg(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+        finally:
+            os.close(self.fd)
+            self.log.close()
+        return os.waitstatus_to_exitcode(status)
+
+
+def student_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["MMIOLAB_BUILD"] = BUILD
+    return env
+
+
+class ExploreVMTest(unittest.TestCase):
+    """The lab page's commands, typed into the lab VM, then drawn on the host."""
+
+    def setUp(self):
+        need_guest(self)
+
+    def explore(self, lab: str, submission: str = "", kit: str = ROOT, fabric: str = "",
+                again=None):
+        """make -C labs/LAB vm [SUBMISSION=...]; the page's guest commands; the
+        page's timeline command. Returns (the session's terminal text, the
+        timeline command's output). again(output): whether to reload the
+        driver and repeat a record command (at most RACE_TRIES runs)."""
+        cmd, timeline_cmd = host_commands(lab)
+        argv = cmd.split() + ([f"SUBMISSION={submission}"] if submission else []) \
+            + ([f"FABRIC={fabric}"] if fabric else [])
+        name = f"explore-{lab}-{os.path.basename(os.path.dirname(submission)) or 'starter'}"
+        con = Console(argv, kit, student_env(), os.path.join(log_dir(name), "terminal.log"))
+        t0 = time.monotonic()
+        try:
+            shown = con.expect(PROMPT, 600)
+            report(f"{lab}: {' '.join(argv[1:])}: the guest prompt after "
+                   f"{time.monotonic() - t0:.1f}s")
+            self.assertIn("Try (the commands of the lab page's", shown)
+            spec = load_lab(lab)
+            cmds = explore.page_commands(spec)
+            for c in cmds:
+                self.assertIn(f"\n  {c}", shown.replace("\r", ""))
+            text = shown
+            for c in cmds[:-1]:
+                out = con.type(c)
+                text += out
+                tries = 1
+                while c.startswith("record ") and again and again(out) and tries < RACE_TRIES:
+                    report(f"{lab}: {c}: {again(out)} (load average "
+                           f"{os.getloadavg()[0]:.1f}): again")
+                    text += con.type(f"rmmod {spec.module}") + con.type(f"insmod {spec.module}.ko")
+                    out = con.type(c)
+                    text += out
+                    tries += 1
+                if c.startswith("record "):
+                    self.assertRegex(out, r"record: recording \d+: \d+ trace lines")
+                    self.assertIn(f"make -C labs/{lab} timeline", out)
+            status = con.finish(cmds[-1])
+        except BaseException:
+            con.close(grace=0)
+            raise
+        self.assertEqual(status, 0, text[-2000:])
+        res = subprocess.run(timeline_cmd.split(), cwd=kit, env=student_env(),
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                             timeout=300)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        return text, res.stdout
+
+    def assert_picture(self, out: str, kit: str = ROOT) -> str:
+        m = re.search(r"mmiolab: picture: (\S+\.html)", out)
+        self.assertIsNotNone(m, out)
+        html = os.path.join(kit, m.group(1))
+        with open(html, encoding="utf-8") as f:
+            page = f.read()
+        self.assertIn('<svg xmlns="http://www.w3.org/2000/svg" class="mmiosim-timeline"', page)
+        return page
+
+    def test_doorbell_starter_shows_its_stale_doorbell(self):
+        def again(out):
+            return "the card counted no stale doorbell" if "counted 0 stale" in out else ""
+        text, out = self.explore("doorbell", again=again)
+        self.assertRegex(text, r"the card counted [1-9]\d* stale doorbells")
+        self.assertRegex(out, r"(?m)^Found: CPU \d wrote doorbell \d+ .*: a stale doorbell\.$")
+        page = self.assert_picture(out)
+        self.assertRegex(page, r'class="mmiosim-write[^"]* stale"')
+        report(f"doorbell starter: {out.splitlines()[1][:200]}")
+
+    def test_doorbell_reference_fix_shows_none(self):
+        fix = os.path.join(ROOT, "labs", "doorbell", "solutions", "mmiowb", "ringdrv.c")
+        text, out = self.explore("doorbell", fix)
+        self.assertIn("built from " + fix, text.replace("\r", "").replace("\n", " "))
+        self.assertRegex(text, r"the card counted 0 stale doorbells")
+        self.assertIn("No stale doorbell or late interrupt", out)
+        self.assertRegex(out, r"The whole run: \d+ writes \(\d+ doorbells\), 0 stale doorbells")
+        self.assert_picture(out)
+
+    def test_posting_starter_shows_a_late_interrupt(self):
+        text, out = self.explore("posting")
+        self.assertRegex(text, r"not ok 1 teardown")
+        self.assertRegex(out, r"(?m)^Found: .* wrote 0 to INT_ENABLE .*: a late interrupt\.$")
+        page = self.assert_picture(out)
+        self.assertIn("interrupts off (too late)", page)
+
+    def test_build_errors_are_the_compilers_with_the_students_file_name(self):
+        starter = os.path.join(ROOT, "labs", "doorbell", "starter", "ringdrv.c")
+        with open(starter) as f:
+            src = f.read()
+        doorbell = "writel(rd->tail, rd->regs + MMIOSIM_RING_DOORBELL);"
+        self.assertIn(doorbell, src)
+        cases = {
+            "typo.c": (src.replace(doorbell, doorbell[:-1]),
+                       [r"(?m)^typo\.c:\d+:\d+: error: expected ';'", r"(?m)^ +\| +\^"]),
+            "undefined.c": (src.replace(doorbell, doorbell + "\n\tmmiolab_no_such(rd);")
+                            .replace("static void ringdrv_post(",
+                                     "void mmiolab_no_such(void *p);\nstatic void ringdrv_post("),
+                            [r'ERROR: modpost: "mmiolab_no_such" \[ringdrv\.ko\] undefined!']),
+        }
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            for name, (text, want) in cases.items():
+                path = os.path.join(tmp, name)
+                with open(path, "w") as f:
+                    f.write(text)
+                rel = os.path.relpath(path, os.path.join(ROOT, "labs", "doorbell"))
+                res = subprocess.run(["make", "-s", "-C", "labs/doorbell", "vm",
+                                      f"SUBMISSION={rel}"], cwd=ROOT, env=student_env(),
+                                     capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                     timeout=600)
+                out = res.stdout + res.stderr
+                self.assertNotEqual(res.returncode, 0, out)
+                self.assertIn(f"mmiolab: {name} does not compile:", out)
+                for rx in want:
+                    self.assertRegex(out, rx)
+                for host in (ROOT, BUILD, tmp, "/build/"):
+                    self.assertNotIn(host, out.replace(f"SUBMISSION={rel}", ""), name)
+                self.assertNotIn("booting the lab VM", out, name)
+
+    def test_unpacked_handout_explores_with_other_fabric_settings(self):
+        """The student's kit, unpacked elsewhere: make -C labs/doorbell vm with
+        FABRIC words boots with them (the banner's fabric line says so)."""
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            site = os.path.join(tmp, "site")
+            os.makedirs(site)
+            tarball = handout.pack(load_lab("doorbell"), site, tmp)
+            with tarfile.open(tarball) as tar:
+                tar.extractall(tmp)
+            kit = os.path.join(tmp, "mmiolab-doorbell")
+            argv = ["make", "-C", "labs/doorbell", "vm", "FABRIC=seed=5 jitter_ns=7000"]
+            con = Console(argv, kit, student_env(),
+                          os.path.join(log_dir("explore-handout"), "terminal.log"))
+            try:
+                shown = con.expect(PROMPT, 600).replace("\r", "")
+                status = con.finish("exit")
+            except BaseException:
+                con.close()
+                raise
+            self.assertEqual(status, 0, shown[-2000:])
+            fabric = re.search(r"(?m)^The fabric: (.*)$", shown)
+            self.assertIsNotNone(fabric, shown[-2000:])
+            self.assertIn("jitter_ns=7000", fabric.group(1))
+            self.assertIn("seed=5", fabric.group(1))
+            self.assertIn("built from starter/ringdrv.c", shown)
+            shutil.rmtree(kit)
+
+
+if __name__ == "__main__":
+    unittest.main()
