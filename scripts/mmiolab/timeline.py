@@ -568,18 +568,20 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
         warnings.append(f"no excerpt: {e}")
     summary = summarize(tr)
     lines = text.splitlines()
-    head = {k: v for k, v in tr.header.items() if k not in ("shows", "excerpt")}
+    # "# output:" lines (the recorded command's output) are many: kept apart.
+    head = {k: v for k, v in tr.header.items() if k not in ("shows", "excerpt", "output")}
     head.update(header or {})
+    outputs = [ln for ln in lines[:2000] if ln.startswith("# output: ")][:200]
     if finding is None:
         head["shows"] = "no complete write of the card in this trace"
-        excerpt = "\n".join(f"# {k}: {v}" for k, v in head.items()) + "\n"
+        excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs) + "\n"
         return Drawing("", excerpt, None, summary, warnings)
     head["shows"] = finding.text
     head["summary"] = summary
     keep = finding.lines
     head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
     columns = [ln for ln in lines[:40] if ln.startswith("#") and "TASK-PID" in ln]
-    excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + columns[-1:]
+    excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
     try:
         svg = render_svg(parse(excerpt), title=title, width=width, ident=ident)
