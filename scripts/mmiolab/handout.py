@@ -57,7 +57,10 @@ suite and the sources of the documentation are not in it.
    with sudo).
 2. Read the lab: `docs/labs/{name}.html` (the whole documentation is in
    `docs/index.html`).
-3. `make vm` boots the lab VM (leave it with Ctrl-A X).
+3. `make -C labs/{name} vm` builds your driver as the grader does and boots
+   the lab VM with it (leave it with `exit` or Ctrl-A X); the banner says
+   what to type, `record` traces a run, and `make -C labs/{name} timeline`
+   draws the run you recorded (see "Explore first" on the lab's page).
 4. Edit `labs/{name}/starter/{file}`, then self-check it:
    `make -C labs/{name} check` (or `make -C labs/{name} check SUBMISSION=my.c`).
 5. Hand in `{file}`, and only that file.

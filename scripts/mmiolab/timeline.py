@@ -580,7 +580,7 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     head["summary"] = summary
     keep = finding.lines
     head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
-    columns = [ln for ln in lines[:40] if ln.startswith("#") and "TASK-PID" in ln]
+    columns = [ln for ln in lines[:2500] if ln.startswith("#") and "TASK-PID" in ln]
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
     try:
