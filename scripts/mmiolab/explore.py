@@ -409,7 +409,10 @@ def _pick(session: str, rec: int) -> tuple[str, str]:
 def draw_file(text: str, path: str, title: str = "") -> Drawn:
     """Draw a recorded trace next to it: .svg, .html (picture, finding, excerpt)
     and .excerpt.txt."""
-    title = title or f"{os.path.basename(path)}: {_head(text, 'command') or 'a recorded run'}"
+    if not title:
+        lab, driver, cmd = (_head(text, k) for k in ("lab", "driver", "command"))
+        title = (f"{lab} lab, {driver}: " if lab and driver else "") + \
+            (f"record {cmd}" if cmd else os.path.basename(path))
     d = timeline.draw(text, title=title, ident="tl")
     stem = path[:-4] if path.endswith(".txt") else path
     out = Drawn(path, stem + ".svg", stem + ".html", stem + ".excerpt.txt", d)
