@@ -382,7 +382,8 @@ class ExploreVMTest(unittest.TestCase):
 
     def test_unpacked_handout_explores_with_other_fabric_settings(self):
         """The student's kit, unpacked elsewhere: make -C labs/doorbell vm with
-        FABRIC words boots with them (the banner's fabric line says so)."""
+        FABRIC words boots with them (the banner's fabric line says so), and
+        the banner says which one the fabric did not take."""
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
             site = os.path.join(tmp, "site")
             os.makedirs(site)
@@ -390,7 +391,7 @@ class ExploreVMTest(unittest.TestCase):
             with tarfile.open(tarball) as tar:
                 tar.extractall(tmp)
             kit = os.path.join(tmp, "mmiolab-doorbell")
-            argv = ["make", "-C", "labs/doorbell", "vm", "FABRIC=seed=5 jitter_ns=7000"]
+            argv = ["make", "-C", "labs/doorbell", "vm", "FABRIC=seed=5 jitter_ns=7000 bridge_ns=x1"]
             con = Console(argv, kit, student_env(),
                           os.path.join(log_dir("explore-handout"), "terminal.log"))
             try:
@@ -404,6 +405,8 @@ class ExploreVMTest(unittest.TestCase):
             self.assertIsNotNone(fabric, shown[-2000:])
             self.assertIn("jitter_ns=7000", fabric.group(1))
             self.assertIn("seed=5", fabric.group(1))
+            notes = re.findall(r"(?m)^Note: mmiosim\.(\w+)=\S+ was asked for", shown)
+            self.assertEqual(notes, ["bridge_ns"], shown[-2000:])
             self.assertIn("built from starter/ringdrv.c", shown)
             shutil.rmtree(kit)
 
