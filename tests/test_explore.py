@@ -329,7 +329,8 @@ class ExploreVMTest(unittest.TestCase):
         self.assertRegex(out, r"(?m)^Found: CPU \d wrote doorbell \d+ .*: a stale doorbell\.$")
         page = self.assert_picture(out)
         self.assertRegex(page, r'class="mmiosim-write[^"]* stale"')
-        report(f"doorbell starter: {out.splitlines()[1][:200]}")
+        report("doorbell starter: " + next(ln for ln in out.splitlines()
+                                           if ln.startswith("Found:"))[:200])
 
     def test_doorbell_reference_fix_shows_none(self):
         fix = os.path.join(ROOT, "labs", "doorbell", "solutions", "mmiowb", "ringdrv.c")

@@ -539,7 +539,8 @@ def summarize(tr: Trace) -> str:
     parts = [f"{len(tr.writes)} writes ({len(dbs)} doorbells)",
              f"{sum(w.stale for w in dbs)} stale doorbells",
              f"{sum(w.overtaken for w in tr.writes.values())} overtaken in the bridge",
-             f"{sum(s.kind == 'mmiowb' for s in tr.spans)} mmiowb()",
+             # the fabric traces an mmiowb() only when its CPU's queue was not empty
+             f"{sum(s.kind == 'mmiowb' for s in tr.spans)} mmiowb() that waited",
              f"{sum(s.kind == 'read' for s in tr.spans)} reads"]
     if tr.card_irq is not None:
         parts.append(f"{len(card)} interrupts of the card ({sum(q.late for q in card)} late)")
