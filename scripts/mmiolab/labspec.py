@@ -31,7 +31,7 @@ Schema (``schema = 1``)::
     max_total_bytes = 33554432            # declared bytes of all archive members
 
     [fabric]                              # the run's fabric, recorded in every report
-    profile   = "sn2"                     # ordered | pci | sn2
+    profile   = "sn2"                     # qemu | pc | sn2
     semantics = "2004"                    # 2004 | 5.2
     # any further key = number/string/bool: a boot parameter of the fabric
 
@@ -60,7 +60,7 @@ LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SOURCES = ("ktap", "host")
-PROFILES = ("ordered", "pci", "sn2")
+PROFILES = ("qemu", "pc", "sn2")
 SEMANTICS = ("2004", "5.2")
 BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
 

@@ -9,7 +9,11 @@
  *    spinlock and writing one register; the fabric counts how many writes
  *    reached the bridge behind a write posted later.
  * 3. The accessor's own cost: writel() with the fabric hook against the
- *    unhooked __hw_writel(), both to RAM, so only the instructions differ.
+ *    plain "movl" that x86's writel() is without the series, both to RAM,
+ *    so only the instructions differ.
+ * 4. What ARCH_HAS_MMIOWB costs every spinlock of the lab kernel: a lock and
+ *    unlock with asm-generic/mmiowb.h's per-CPU bookkeeping against the
+ *    same without it, both inline here, uncontended, interrupts off.
  *
  * The writes go to the ring card's SCRATCH register, which has no side
  * effects. Booted with mmiosim.card=0 there is no simulated window, and only
@@ -22,10 +26,13 @@
 #include <linux/mmiosim.h>
 #include <linux/mmiosim_ring.h>
 #include <linux/module.h>
+#include <linux/preempt.h>
 #include <linux/platform_device.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/spinlock.h>
+
+#include <asm/mmiowb.h>
 
 static unsigned int rounds = 201;
 module_param(rounds, uint, 0444);
@@ -137,6 +144,12 @@ static u64 count_overtakes(void)
 	return s1.overtakes - s0.overtakes;
 }
 
+/* x86's writel() as it is without the series. */
+static inline void plain_writel(u32 val, void __iomem *addr)
+{
+	asm volatile("movl %0,%1" : : "r" (val), "m" (*(u32 __force *)addr) : "memory");
+}
+
 static void accessor_cost(void)
 {
 	const unsigned int n = 100000;
@@ -153,12 +166,51 @@ static void accessor_cost(void)
 	hooked = ktime_get_ns() - t0;
 	t0 = ktime_get_ns();
 	for (i = 0; i < n; i++)
-		__hw_writel(i, ram);
+		plain_writel(i, ram);
 	plain = ktime_get_ns() - t0;
 	kfree((void __force *)ram);
 	pr_info("    # writel to RAM: %llu ps with the fabric hook, %llu ps without\n",
 		hooked * 1000 / n, plain * 1000 / n);
 	pr_info("    ok %d accessor_cost\n", ++test_no);
+}
+
+static arch_spinlock_t bench_lock = __ARCH_SPIN_LOCK_UNLOCKED;
+
+/* Median ps per lock+unlock pair, with or without the mmiowb() bookkeeping. */
+static u64 lock_pair_ps(bool mmiowb_hooks)
+{
+	const unsigned int n = 100000, trials = 11;
+	unsigned long flags;
+	u64 t[11], t0;
+	unsigned int k, i;
+
+	for (k = 0; k < trials; k++) {
+		local_irq_save(flags);
+		t0 = ktime_get_ns();
+		for (i = 0; i < n; i++) {
+			preempt_disable();
+			arch_spin_lock(&bench_lock);
+			if (mmiowb_hooks)
+				mmiowb_spin_lock();
+			barrier();
+			if (mmiowb_hooks)
+				mmiowb_spin_unlock();
+			arch_spin_unlock(&bench_lock);
+			preempt_enable();
+		}
+		t[k] = (ktime_get_ns() - t0) * 1000 / n;
+		local_irq_restore(flags);
+	}
+	return median(t, trials);
+}
+
+static void spinlock_cost(void)
+{
+	u64 with = lock_pair_ps(true), without = lock_pair_ps(false);
+
+	pr_info("    # spin_lock+spin_unlock: %llu ps with the mmiowb() bookkeeping, %llu ps without, ratio_x100=%llu\n",
+		with, without, without ? with * 100 / without : 0);
+	pr_info("    ok %d spinlock_cost\n", ++test_no);
 }
 
 static int __init bench_init(void)
@@ -174,9 +226,10 @@ static int __init bench_init(void)
 	pr_info("# Subtest: mmiosim_bench\n");
 	dev = bus_find_device_by_name(&platform_bus_type, NULL, MMIOSIM_RING_NAME ".0");
 	if (!dev) {
-		pr_info("    1..1\n");
+		pr_info("    1..2\n");
 		pr_info("    # no ring card: no simulated window, the static key is off\n");
 		accessor_cost();
+		spinlock_cost();
 		pr_info("ok 1 mmiosim_bench\n");
 		return 0;
 	}
@@ -188,7 +241,7 @@ static int __init bench_init(void)
 	if (!scratch)
 		return -ENOMEM;
 	mmiosim_get_params(&p);
-	pr_info("    1..%d\n", 2 + num_online_cpus());
+	pr_info("    1..%d\n", 3 + num_online_cpus());
 	for_each_online_cpu(cpu) {
 		memset(&res, 0, sizeof(res));
 		work_on_cpu(cpu, flush_cost, &res);
@@ -206,6 +259,7 @@ static int __init bench_init(void)
 		pr_info("    ok %d handoff_overtakes # SKIP needs 2 CPUs\n", ++test_no);
 	}
 	accessor_cost();
+	spinlock_cost();
 	pr_info("ok 1 mmiosim_bench\n");
 	return 0;
 }
