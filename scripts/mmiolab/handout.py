@@ -35,7 +35,7 @@ from .labspec import LabSpec
 KIT_DIRS = ("scripts", "vm", "patches")
 KIT_FILES = ("Makefile", "README.md", os.path.join("labs", "lab.mk"))
 # What gives a lab's answers away: never handed out, never in an autograder.
-ANSWER_DIRS = ("solutions", "fixtures")
+ANSWER_DIRS = ("solutions", "fixtures", "correct")
 # Never in a handout, wherever they appear in a lab (the autograder carries hidden/'s
 # programs: gradescope.py).
 SECRET_DIRS = ANSWER_DIRS + ("hidden",)

@@ -1,7 +1,12 @@
-"""Run a lab's driver variants (starter, solutions, wrong-fix fixtures) over
-many seeds and count how often each per-seed test fails: the claims the labs
-make ("the starter fails in essentially every run, every solution passes")
-are measured, not assumed."""
+"""Run a lab's driver variants (starter, solutions, wrong-fix fixtures,
+correct variants) over many seeds and count how often each per-seed test
+fails: the claims the labs make ("the starter fails in essentially every run,
+every solution and every correct variant passes, every wrong fix fails")
+are measured, not assumed.
+
+Fixtures (labs/LAB/fixtures/NAME.patch, first line "Wrong fix (NAME): why")
+and correct variants (labs/LAB/correct/NAME.patch, "Correct (NAME): why")
+are patches to the lab's fixture base (the starter unless lab.toml says)."""
 
 from __future__ import annotations
 
@@ -40,17 +45,27 @@ class Tally:
         return v[len(v) // 2] if v else None
 
 
+PATCH_DIRS = {"fixture": "fixtures", "correct": "correct"}
+
+
+def patches(spec: LabSpec, kind: str) -> list[str]:
+    """The names of a lab's fixtures (kind "fixture") or correct variants."""
+    d = os.path.join(spec.dir, PATCH_DIRS[kind])
+    return sorted(f[:-6] for f in os.listdir(d) if f.endswith(".patch")) if os.path.isdir(d) else []
+
+
 def variants(spec: LabSpec) -> list[str]:
-    """starter, every solution, every fixture of the lab."""
+    """starter, every solution, every correct variant, every fixture of the lab."""
     out = ["starter"]
     out += [f"solution:{d}" for d in sorted(os.listdir(os.path.join(spec.dir, "solutions")))]
-    out += [f"fixture:{f[:-6]}" for f in sorted(os.listdir(os.path.join(spec.dir, "fixtures")))
-            if f.endswith(".patch")]
+    out += [f"correct:{n}" for n in patches(spec, "correct")]
+    out += [f"fixture:{n}" for n in patches(spec, "fixture")]
     return out
 
 
 def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
-    """starter, solution:NAME or fixture:NAME (a patch applied to the lab's fixture base)."""
+    """starter, solution:NAME, or fixture:NAME / correct:NAME (a patch applied
+    to the lab's fixture base)."""
     main = spec.files[0]
     if variant == "starter":
         return os.path.join(spec.dir, "starter", main)
@@ -60,7 +75,7 @@ def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
     src = os.path.join(workdir, main)
     shutil.copy(spec.fixture_base_path, src)
     subprocess.run(["patch", "-s", "-F0", "-p1", "-i",
-                    os.path.join(spec.dir, "fixtures", f"{name}.patch")],
+                    os.path.join(spec.dir, PATCH_DIRS[kind], f"{name}.patch")],
                    cwd=workdir, check=True, capture_output=True)
     return src
 
