@@ -1,6 +1,6 @@
 #!/bin/sh
 # The posting lab's test plan, run in the guest as root. Environment: SEEDS
-# (space-separated), CYCLES (sessions per seed in the teardown test, default 200).
+# (space-separated), CYCLES (sessions per seed in the teardown test, default 1000).
 #
 # Protocol (scripts/mmiolab/lab.py): the host trusts only lines on the harness
 # channel (/dev/ttyS1) that start with this run's nonce, and counts the run as
@@ -13,7 +13,7 @@ ch=/dev/ttyS1
 read -r nonce < /job/nonce
 rm -f /job/nonce /job/run
 params=/sys/kernel/debug/mmiosim/params
-cycles=${CYCLES:-200}
+cycles=${CYCLES:-1000}
 say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
 tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
 # Run a test program, then pass its output on, tagged; returns its status.

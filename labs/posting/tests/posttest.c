@@ -2,11 +2,16 @@
 /*
  * posttest: the posting lab's in-guest test. Pinned to one CPU, it runs
  * CYCLES sessions through /dev/postdrv: START, SUBMIT a few commands,
- * optionally wait WAIT_US, STOP. A session passes when STOP reports every
- * command completed exactly once with its result, and no interrupt of the
- * card reaches the kernel after STOP returned. The interrupt count comes
- * from /proc/interrupts (the irq_sim line: the card's), not from the
- * driver under test; the driver's own late_irqs count must agree.
+ * optionally wait WAIT_US, STOP. The card takes a while per command, so
+ * without a wait STOP finds commands still running. A session passes when:
+ *  - the card's interrupt was off before STOP returned: the card's own
+ *    state (ring0/state, kept by the simulator, not by the driver) says when
+ *    the disable arrived, in CLOCK_MONOTONIC, which this program also reads
+ *    the moment STOP returns;
+ *  - no interrupt of the card reaches the kernel after STOP returned (its
+ *    line of /proc/interrupts, and the driver's own late_irqs count);
+ *  - every command STOP reports completed had its own result, and with
+ *    -w (waiting before STOP) every command completed.
  *
  * Prints one KTAP test result on stdout; the harness adds the run's nonce
  * (this program never sees it: a driver could read it from here):
@@ -29,7 +34,10 @@
 #include "postdrv_ioctl.h"
 
 #define PARAMS		"/sys/kernel/debug/mmiosim/params"
+#define CARD_PARAMS	"/sys/kernel/debug/mmiosim/ring0/params"
+#define CARD_STATE	"/sys/kernel/debug/mmiosim/ring0/state"
 #define SETTLE_MARGIN_US	1000	/* interrupt delivery, scheduling */
+#define IRQ_SETTLE_US	2000	/* an interrupt raised before STOP returned has been taken */
 
 static int indent;
 
@@ -84,6 +92,7 @@ static long long card_irqs(void)
 static long settle_us(void)
 {
 	unsigned long long route = 0, jitter = 0, bridge = 0, stall = 0, v;
+	unsigned long long service = 0, service_jitter = 0;
 	char buf[512], *tok, *save, *p, *end;
 	FILE *f = fopen(PARAMS, "r");
 
@@ -109,7 +118,53 @@ static long settle_us(void)
 			stall = strtoull(tok + 9, NULL, 10);
 		}
 	}
-	return (long)((route + jitter + bridge + stall) / 1000) + SETTLE_MARGIN_US;
+	f = fopen(CARD_PARAMS, "r");
+	if (!f || !fgets(buf, sizeof(buf), f)) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+		if (!strncmp(tok, "service_ns=", 11))
+			service = strtoull(tok + 11, NULL, 10);
+		else if (!strncmp(tok, "service_jitter_ns=", 18))
+			service_jitter = strtoull(tok + 18, NULL, 10);
+	}
+	/* A session's commands run one after the other once the doorbell is in. */
+	return (long)((route + jitter + bridge + stall +
+		       POSTDRV_BATCH_MAX * (service + service_jitter)) / 1000) + SETTLE_MARGIN_US;
+}
+
+/* The card's interrupt, now: on, or off since when (CLOCK_MONOTONIC ns). */
+static int card_int_state(int *on, long long *off_ns)
+{
+	char key[64];
+	long long v;
+	FILE *f = fopen(CARD_STATE, "r");
+	int got = 0;
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %lld", key, &v) == 2) {
+		if (!strcmp(key, "int_enable")) {
+			*on = v != 0;
+			got |= 1;
+		} else if (!strcmp(key, "int_off_ns")) {
+			*off_ns = v;
+			got |= 2;
+		}
+	}
+	fclose(f);
+	return got == 3 ? 0 : -1;
+}
+
+static long long now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 int main(int argc, char **argv)
@@ -120,7 +175,8 @@ int main(int argc, char **argv)
 	struct postdrv_report rep;
 	int number = 1, cycles = 200, wait_us = 0, opt, fd, i, k, n;
 	long long irqs_after = 0, lost = 0, bad = 0, errors = 0, first = -1;
-	long long a, b, late_seen = 0;
+	long long a, b, late_seen = 0, int_on_after = 0, t_stop, off_ns = 0, worst_late_ns = 0;
+	int on = 0;
 	long settle;
 	const char *name = "teardown";
 	uint64_t seed = 1, x;
@@ -185,14 +241,29 @@ int main(int argc, char **argv)
 			fail = 1;
 			goto next;
 		}
+		t_stop = now_ns();
 		a = card_irqs();
-		usleep(settle);
+		if (card_int_state(&on, &off_ns)) {
+			out("# %s: cannot read %s", name, CARD_STATE);
+			errors++;
+			fail = 1;
+			goto next;
+		}
+		if (on || off_ns > t_stop) {
+			int_on_after++;
+			if (!on)
+				worst_late_ns = off_ns - t_stop > worst_late_ns ?
+						off_ns - t_stop : worst_late_ns;
+			fail = 1;
+		}
+		usleep(wait_us ? settle : IRQ_SETTLE_US);
 		b = card_irqs();
 		if (b != a) {
 			irqs_after += b - a;
 			fail = 1;
 		}
-		if (rep.submitted != (uint64_t)n || rep.completed != (uint64_t)n) {
+		if (rep.submitted != (uint64_t)n ||
+		    (wait_us && rep.completed != (uint64_t)n)) {
 			lost += (long long)n - (long long)rep.completed;
 			fail = 1;
 		}
@@ -212,9 +283,12 @@ next:
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	out("# %s: seed=%llu cycles=%d wait_us=%d irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
+	out("# %s: seed=%llu cycles=%d wait_us=%d int_on_after_stop=%lld irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
 	    name, (unsigned long long)seed, first < 0 ? cycles : (int)first, wait_us,
-	    irqs_after, late_seen, lost, bad, errors);
+	    int_on_after, irqs_after, late_seen, lost, bad, errors);
+	if (int_on_after)
+		out("# %s: the card's interrupt was still on when STOP returned (the disable arrived %lld us later%s)",
+		    name, worst_late_ns / 1000, worst_late_ns ? "" : ", or never");
 	out("# %s: seconds=%.2f settle_us=%ld", name, secs, settle);
 	if (first >= 0)
 		out("# %s: first_failure_at=%lld", name, first);
