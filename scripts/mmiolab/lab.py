@@ -212,11 +212,14 @@ def guest_programs(lab: Lab) -> dict[str, str]:
 
 def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
               append: list[str] | None = None, timeout: float = 90,
-              console_cap: int = vm.VMConfig.console_cap) -> Run:
-    """Boot a guest and run the lab's harness on the driver, once per seed."""
+              console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
+              smp: int | None = None) -> Run:
+    """Boot a guest and run the lab's harness (or another: the hidden tests')
+    on the driver, once per seed."""
     nonce = ktap.make_nonce()
+    harness = harness or os.path.join(lab.dir, "tests", "harness.sh")
     files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
-                                     "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh"),
+                                     "/job/harness.sh": harness,
                                      "/job/nonce": f"{nonce}\n".encode()}
     for name, path in guest_programs(lab).items():
         files[f"/job/{name}"] = path
@@ -225,6 +228,8 @@ def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 100
     command = f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh"
     cfg = vm.VMConfig(append=append, timeout=timeout, console_cap=console_cap,
                       done_marker=f"{nonce} {END_LINE}")
+    if smp:
+        cfg.smp = smp
     res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
         # The guest died before the harness started: nothing of the

@@ -43,10 +43,22 @@ Schema (``schema = 1``)::
                                           # host: the grader decides it (build, console scan)
     per_seed    = true                    # optional: repeated over the seeds
     description = "..."
+
+Hidden tests live apart, in ``labs/<lab>/hidden/`` (the grader runs them, the
+student handout leaves the folder out): ``hidden/harness.sh`` is run in a
+second guest, and ``hidden/hidden.toml`` says how::
+
+    smp = 4                               # vCPUs of the hidden guest (2..8)
+    [fabric]                              # overrides of lab.toml's [fabric]
+    route_ns = "800,4000,2000,9500"
+    [[tests]]                             # as in lab.toml; source is "hidden"
+    name = "race_4cpu"
+    ...
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -59,7 +71,7 @@ from . import ROOT
 LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-SOURCES = ("ktap", "host")
+SOURCES = ("ktap", "host", "hidden")
 PROFILES = ("qemu", "pc", "sn2")
 SEMANTICS = ("2004", "5.2")
 BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
@@ -112,6 +124,8 @@ class LabSpec:
     path: str = ""
     fixture_base: str = ""
     symbols_from: str = ""          # the lab whose allow-list this one borrows
+    hidden_smp: int = 0             # vCPUs of the hidden tests' guest; 0: no hidden tests
+    hidden_fabric: dict[str, Any] = field(default_factory=dict)   # lab.toml's, overridden
 
     @property
     def dir(self) -> str:
@@ -134,6 +148,15 @@ class LabSpec:
     def ktap_tests(self) -> tuple[GradedTest, ...]:
         """The tests the guest harness must report, in plan order."""
         return tuple(t for t in self.tests if t.source == "ktap")
+
+    @property
+    def hidden_tests(self) -> tuple[GradedTest, ...]:
+        """The tests hidden/harness.sh reports, in plan order."""
+        return tuple(t for t in self.tests if t.source == "hidden")
+
+    @property
+    def hidden_harness(self) -> str:
+        return os.path.join(self.dir, "hidden", "harness.sh")
 
     def test(self, name: str) -> GradedTest:
         for t in self.tests:
@@ -202,7 +225,34 @@ def load(path: str) -> LabSpec:
         raise LabSpecError(f"{path}: cannot read: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise LabSpecError(f"{path}: not valid TOML: {e}") from e
-    return from_dict(data, path)
+    spec = from_dict(data, path)
+    hidden = os.path.join(os.path.dirname(os.path.abspath(path)), "hidden", "hidden.toml")
+    return with_hidden(spec, hidden) if os.path.exists(hidden) else spec
+
+
+def with_hidden(spec: LabSpec, path: str) -> LabSpec:
+    """The lab with the hidden tests of hidden/hidden.toml added."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise LabSpecError(f"{path}: cannot read: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise LabSpecError(f"{path}: not valid TOML: {e}") from e
+    v = _Validator(path)
+    v.keys(data, "", required={"tests"}, optional={"smp", "fabric"})
+    smp = data.get("smp", 4)
+    if type(smp) is not int or not 2 <= smp <= 8:
+        v.fail("smp", f"must be an integer from 2 to 8, got {smp!r}")
+    fabric = {**spec.fabric, **_fabric(v, data.get("fabric", {}))}
+    tests = _tests(v, data["tests"], source="hidden")
+    clash = {t.name for t in tests} & {t.name for t in spec.tests}
+    if clash:
+        v.fail("tests", f"names already used by lab.toml: {', '.join(sorted(clash))}")
+    if not os.path.isfile(os.path.join(os.path.dirname(path), "harness.sh")):
+        v.fail("tests", "hidden/harness.sh is missing")
+    return dataclasses.replace(spec, tests=spec.tests + tests, hidden_smp=smp,
+                               hidden_fabric=fabric)
 
 
 def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
@@ -326,7 +376,8 @@ def _fabric(v: _Validator, table: Any) -> dict[str, Any]:
     return out
 
 
-def _tests(v: _Validator, tests: Any) -> tuple[GradedTest, ...]:
+def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...]:
+    """[[tests]] of lab.toml, or of hidden/hidden.toml (source="hidden", fixed)."""
     if not isinstance(tests, list) or not tests:
         v.fail("tests", "must be a non-empty array of tables ([[tests]])")
     out = []
@@ -334,7 +385,7 @@ def _tests(v: _Validator, tests: Any) -> tuple[GradedTest, ...]:
     for i, t in enumerate(tests):
         where = f"tests[{i}]"
         v.keys(t, where, required={"name", "points", "visibility", "description"},
-               optional={"source", "per_seed"})
+               optional={"per_seed"} | (set() if source else {"source"}))
         name = v.string(t, "name", _TEST_NAME, "a KTAP test name ([a-z][a-z0-9_]*)", where)
         if name in seen:
             v.fail(f"{where}.name", f"duplicate test name {name!r}")
@@ -343,15 +394,16 @@ def _tests(v: _Validator, tests: Any) -> tuple[GradedTest, ...]:
         vis = t["visibility"]
         if vis not in VISIBILITIES:
             v.fail(f"{where}.visibility", f"must be one of {', '.join(VISIBILITIES)}, got {vis!r}")
-        source = t.get("source", "ktap")
-        if source not in SOURCES:
-            v.fail(f"{where}.source", f"must be one of {', '.join(SOURCES)}, got {source!r}")
+        kind = source or t.get("source", "ktap")
+        if kind not in SOURCES or (not source and kind == "hidden"):
+            v.fail(f"{where}.source", f"must be ktap or host (hidden tests live in "
+                                      f"hidden/hidden.toml), got {kind!r}")
         per_seed = t.get("per_seed", False)
         if type(per_seed) is not bool:
             v.fail(f"{where}.per_seed", f"must be true or false, got {per_seed!r}")
         out.append(GradedTest(name=name, points=float(points), visibility=vis,
                               description=v.string(t, "description", where=where),
-                              source=source, per_seed=per_seed))
+                              source=kind, per_seed=per_seed))
     if sum(t.points for t in out) <= 0:
         v.fail("tests", "the points add up to 0")
     return tuple(out)

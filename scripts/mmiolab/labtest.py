@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from . import BUILD, ktap
 from .grade import fabric_append
-from .lab import Lab, build_driver, run_tests
+from . import vm
+from .lab import END_LINE, Lab, build_driver, guest_programs, run_tests
 from .labspec import LabSpec
 
 
@@ -80,24 +81,9 @@ def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
     return src
 
 
-def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
-                cmds: int = 10000, timeout: float = 600) -> dict[str, Tally]:
-    """Build the variant and run the lab's harness once, over all seeds, in one
-    guest under the lab's fabric (plus `append`); a Tally per per-seed test."""
-    lab = Lab(spec.name, spec.module)
-    base = os.path.join(BUILD, "labtest", lab.name)
-    os.makedirs(base, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base) as tmp:
-        src = variant_source(spec, variant, tmp)
-        built = build_driver(lab, src, os.path.join(tmp, "build"))
-        # A plain folder name: QEMU's option syntax breaks paths with commas.
-        name = variant + "-" + "-".join(append or ["default"])
-        log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
-        run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
-                        append=fabric_append(spec) + list(append or []), timeout=timeout)
-    if run.result.status != "exited":
-        raise RuntimeError(f"{variant}: {run.result.describe()}")
-    parsed = ktap.parse(run.result.channel, nonce=run.nonce)
+def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce: str,
+             seconds: float) -> dict[str, Tally]:
+    parsed = ktap.parse(channel, nonce=nonce)
     tallies = {}
     for graded in spec.per_seed_tests:
         test = parsed.root.find(graded.name)
@@ -115,5 +101,83 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
                 if "throughput_cps" in vals:
                     thr.append(float(vals["throughput_cps"]))
         tallies[graded.name] = Tally(variant, graded.name, len(seeds), failed, first, thr,
-                                     run.result.seconds, why)
+                                     seconds, why)
     return tallies
+
+
+def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
+                 append: list[str] | None = None, cmds: int = 10000,
+                 timeout: float | None = None) -> dict[str, dict[str, Tally]]:
+    """Several variants in one guest, one after the other, each under its own
+    nonce: a boot per variant costs more than most variants' runs. A variant
+    whose harness did not finish (a hang, a crash of the guest) and every
+    variant after it are run again alone, so one cannot spoil another's count.
+    `timeout` is per variant (default: budget())."""
+    timeout = timeout or budget(spec, seeds)
+    lab = Lab(spec.name, spec.module)
+    base = os.path.join(BUILD, "labtest", lab.name)
+    os.makedirs(base, exist_ok=True)
+    out: dict[str, dict[str, Tally]] = {}
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        files: dict[str, str | bytes] = {
+            "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh")}
+        for name, path in guest_programs(lab).items():
+            files[f"/job/{name}"] = path
+        nonces = []
+        for i, variant in enumerate(names):
+            work = os.path.join(tmp, f"v{i}")
+            os.makedirs(work)
+            built = build_driver(lab, variant_source(spec, variant, work),
+                                 os.path.join(work, "build"))
+            nonces.append(ktap.make_nonce())
+            files[f"/job/v/{i}.ko"] = built.ko
+            files[f"/job/v/{i}.nonce"] = f"{nonces[i]}\n".encode()
+        seed_list = " ".join(str(int(s)) for s in seeds)
+        command = (f"for i in $(seq 0 {len(names) - 1}); do "
+                   f"cp /job/v/$i.ko /job/{lab.module}.ko; cp /job/v/$i.nonce /job/nonce; "
+                   f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh; done")
+        log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
+                                                       "-".join(append or ["default"])))
+        cfg = vm.VMConfig(append=fabric_append(spec) + list(append or []),
+                          timeout=timeout * len(names),
+                          done_marker=f"{nonces[-1]} {END_LINE}")
+        res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
+        for variant, nonce in zip(names, nonces):
+            if f"{nonce} {END_LINE}" in res.channel:
+                out[variant] = _tallies(spec, variant, seeds, res.channel, nonce, res.seconds)
+    for variant in names:
+        if variant not in out:
+            out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
+                                       timeout=timeout)
+    return out
+
+
+def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
+                cmds: int = 10000, timeout: float | None = None) -> dict[str, Tally]:
+    """Build the variant and run the lab's harness once, over all seeds, in one
+    guest under the lab's fabric (plus `append`); a Tally per per-seed test."""
+    timeout = timeout or budget(spec, seeds)
+    lab = Lab(spec.name, spec.module)
+    base = os.path.join(BUILD, "labtest", lab.name)
+    os.makedirs(base, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        src = variant_source(spec, variant, tmp)
+        built = build_driver(lab, src, os.path.join(tmp, "build"))
+        # A plain folder name: QEMU's option syntax breaks paths with commas.
+        name = variant + "-" + "-".join(append or ["default"])
+        log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
+        run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
+                        append=fabric_append(spec) + list(append or []), timeout=timeout)
+    tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds)
+    if run.result.status != "exited":
+        # A hang or a crash fails every seed, as the grader counts it.
+        for t in tallies.values():
+            t.failed = t.runs
+            t.failures = {s: [run.result.describe()] for s in seeds}
+    return tallies
+
+
+def budget(spec: LabSpec, seeds: list[int]) -> float:
+    """The guest time a variant may take: the lab's run time limit, scaled from
+    its default seeds to these."""
+    return spec.limits.run_timeout * max(1.0, len(seeds) / max(1, len(spec.default_seeds)))

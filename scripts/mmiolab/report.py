@@ -242,17 +242,26 @@ def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
                        description=graded.description)
 
 
-def outcomes(spec: Any, parsed: ktap.ParseResult,
-             host: dict[str, TestOutcome]) -> list[TestOutcome]:
+def outcomes(spec: Any, parsed: ktap.ParseResult, host: dict[str, TestOutcome],
+             hidden: ktap.ParseResult | None = None) -> list[TestOutcome]:
     """All the lab's tests in its order: host-decided ones from `host`, the others
-    from the trusted KTAP (missing = crashed). A host test with no entry errors."""
+    from the trusted KTAP of the visible run or of the hidden tests' run (missing =
+    crashed). A host test with no entry errors; hidden tests with no hidden run
+    error too."""
     found = parsed.expect(t.name for t in spec.ktap_tests)
+    found_hidden = hidden.expect(t.name for t in spec.hidden_tests) if hidden else {}
     out = []
     for g in spec.tests:
         if g.source == "host":
             out.append(host.get(g.name) or TestOutcome(
                 g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
                 g.visibility, g.description))
+        elif g.source == "hidden" and g.name not in found_hidden:
+            out.append(TestOutcome(g.name, 0.0, g.points, "error",
+                                   f"{g.description}\n\nthe hidden tests did not run",
+                                   g.visibility, g.description))
+        elif g.source == "hidden":
+            out.append(outcome_from_ktap(g, found_hidden[g.name]))
         else:
             out.append(outcome_from_ktap(g, found[g.name]))
     return out

@@ -16,6 +16,8 @@
  * Prints one KTAP test result on stdout; the harness adds the run's nonce
  * (this program never sees it: a driver could read it from here):
  *   posttest -k NUMBER -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT]
+ *            [-c CPU]
+ * It runs pinned to CPU (default 0).
  * "-w slowest" waits as long as the fabric's slowest write can take.
  */
 #define _GNU_SOURCE
@@ -173,7 +175,7 @@ int main(int argc, char **argv)
 	struct postdrv_batch batch = { .cmds = (uintptr_t)cmds };
 	struct postdrv_stats st0, st;
 	struct postdrv_report rep;
-	int number = 1, cycles = 200, wait_us = 0, opt, fd, i, k, n;
+	int number = 1, cycles = 200, wait_us = 0, cpu = 0, opt, fd, i, k, n;
 	long long irqs_after = 0, lost = 0, bad = 0, errors = 0, first = -1;
 	long long a, b, late_seen = 0, int_on_after = 0, t_stop, off_ns = 0, worst_late_ns = 0;
 	int on = 0;
@@ -184,7 +186,7 @@ int main(int argc, char **argv)
 	cpu_set_t set;
 	double secs;
 
-	while ((opt = getopt(argc, argv, "k:N:n:s:w:i:")) != -1) {
+	while ((opt = getopt(argc, argv, "k:N:n:s:w:i:c:")) != -1) {
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
@@ -192,13 +194,14 @@ int main(int argc, char **argv)
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'w': wait_us = strcmp(optarg, "slowest") ? atoi(optarg) : -1; break;
 		case 'i': indent = atoi(optarg); break;
+		case 'c': cpu = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT]\n");
+			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT] [-c CPU]\n");
 			return 2;
 		}
 	}
 	CPU_ZERO(&set);
-	CPU_SET(0, &set);
+	CPU_SET(cpu, &set);
 	sched_setaffinity(0, sizeof(set), &set);
 	settle = settle_us();
 	if (settle < 0) {
