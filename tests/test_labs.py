@@ -1,9 +1,12 @@
-"""The posting and modern labs: each starter really fails, each reference
-solution really passes, each wrong-fix fixture is really rejected, and the
-grader scores both ends of a lab as its lab.toml says. Counts, not timings.
+"""Every lab's claims, measured: the starter fails, each reference solution and
+each correct variant (labs/LAB/correct/) passes in every run, each wrong-fix
+fixture (labs/LAB/fixtures/) fails "at least 95 runs in 100" (at this count:
+fixture_floor), and the grader scores both ends of a lab as its lab.toml says.
+Counts, not timings.
 
-make check runs SEEDS seeds per variant; scripts/labstats --lab LAB runs 100
-and prints the table. (The doorbell lab has its own tests/test_doorbell.py.)
+make check runs SEEDS seeds per variant (many variants share one guest:
+labtest.run_variants); scripts/labstats runs 100 and prints the table. The
+doorbell lab's extra fabrics (pc, 5.2) are in tests/test_doorbell.py.
 """
 
 import glob
@@ -16,10 +19,10 @@ import unittest
 from mmiolab import BUILD, kernel
 from mmiolab.grade import GradeOptions, grade_batch
 from mmiolab.labspec import LABS_DIR, lab_names, load_lab
-from mmiolab.labtest import run_variant, variant_source, variants
+from mmiolab.labtest import patches, run_variants, variant_source, variants
 from vmtest import fixture_floor, need_guest, report
 
-SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "5")) + 1))
+SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "10")) + 1))
 
 
 class LabClaims:
@@ -30,55 +33,68 @@ class LabClaims:
     def setUpClass(cls):
         cls.spec = load_lab(cls.LAB)
 
-    def tally(self, variant):
-        tallies = run_variant(self.spec, variant, SEEDS)
-        for t in tallies.values():
-            first = f", median first failure at {t.median_first_failure}" if t.first_failure else ""
-            report(f"{self.LAB} {variant} {t.test}: failed {t.failed}/{t.runs}{first}, "
-                   f"{t.seconds:.0f}s")
+    def tally_all(self, names):
+        tallies = run_variants(self.spec, names, SEEDS)
+        for v in names:
+            for t in tallies[v].values():
+                first = f", median first failure at {t.median_first_failure}" \
+                    if t.first_failure else ""
+                report(f"{self.LAB} {v} {t.test}: failed {t.failed}/{t.runs}{first}, "
+                       f"{t.seconds:.0f}s (batch)")
         return tallies
 
     # -- files, no guest
     def test_lab_files(self):
         self.assertTrue(self.spec.per_seed_tests)
-        fixtures = [v for v in variants(self.spec) if v.startswith("fixture:")]
-        self.assertGreaterEqual(len(fixtures), 3)
+        self.assertGreaterEqual(len(patches(self.spec, "fixture")), 10)
+        self.assertGreaterEqual(len(patches(self.spec, "correct")), 3)
         with tempfile.TemporaryDirectory() as tmp:
-            for v in fixtures:
-                with self.subTest(fixture=v):
-                    work = os.path.join(tmp, v.split(":")[1])
+            for v in variants(self.spec):
+                if not v.startswith(("fixture:", "correct:")):
+                    continue
+                kind, name = v.split(":")
+                with self.subTest(variant=v):
+                    work = os.path.join(tmp, name)
                     os.makedirs(work)
                     src = variant_source(self.spec, v, work)    # patch -F0 must apply
                     with open(self.spec.fixture_base_path) as a, open(src) as b:
                         self.assertNotEqual(a.read(), b.read())
-                    with open(os.path.join(self.spec.dir, "fixtures", v.split(":")[1] + ".patch")) as f:
-                        self.assertTrue(f.readline().startswith("Wrong fix"), "a one-line why first")
-        harness = os.path.join(self.spec.dir, "tests", "harness.sh")
-        self.assertTrue(shutil.which("shellcheck"), "shellcheck missing: run make deps")
-        res = subprocess.run(["shellcheck", "-s", "sh", harness], capture_output=True, text=True)
-        self.assertEqual(res.returncode, 0, res.stdout)
+                    folder = "fixtures" if kind == "fixture" else "correct"
+                    with open(os.path.join(self.spec.dir, folder, name + ".patch")) as f:
+                        first = f.readline()
+                    self.assertTrue(first.startswith(("Wrong fix" if kind == "fixture"
+                                                      else "Correct") + f" ({name}): "),
+                                    "a one-line why first")
+        for harness in (os.path.join(self.spec.dir, "tests", "harness.sh"),
+                        self.spec.hidden_harness):
+            self.assertTrue(shutil.which("shellcheck"), "shellcheck missing: run make deps")
+            res = subprocess.run(["shellcheck", "-s", "sh", harness], capture_output=True,
+                                 text=True)
+            self.assertEqual(res.returncode, 0, res.stdout)
+        self.assertTrue(self.spec.hidden_tests, "every lab has hidden tests")
 
     # -- in the guest
-    def test_starter_fails_every_race_test(self):
+    def test_starter_fails_solutions_and_correct_variants_pass(self):
         need_guest(self)
-        for t in self.tally("starter").values():
-            self.assertEqual(t.failed, t.runs, f"{t.test}: the starter must fail every run")
-
-    def test_solutions_pass(self):
-        need_guest(self)
-        for v in variants(self.spec):
-            if v.startswith("solution:"):
-                with self.subTest(solution=v):
-                    for t in self.tally(v).values():
-                        self.assertEqual(t.failed, 0, f"{v} {t.test}\n{t.why()}")
+        good = [v for v in variants(self.spec) if v.startswith(("solution:", "correct:"))]
+        tallies = self.tally_all(["starter"] + good)
+        for t in tallies["starter"].values():
+            self.assertGreaterEqual(t.failed, fixture_floor(t.runs),
+                                    f"{t.test}: the starter must fail essentially every run")
+        for v in good:
+            for t in tallies[v].values():
+                with self.subTest(variant=v, test=t.test):
+                    self.assertEqual(t.failed, 0, f"{v} {t.test}\n{t.why()}")
 
     def test_wrong_fixes_fail(self):
         need_guest(self)
-        for v in variants(self.spec):
-            if v.startswith("fixture:"):
-                with self.subTest(fixture=v):
-                    worst = max(t.failed for t in self.tally(v).values())
-                    self.assertGreaterEqual(worst, fixture_floor(len(SEEDS)))
+        bad = [v for v in variants(self.spec) if v.startswith("fixture:")]
+        tallies = self.tally_all(bad)
+        for v in bad:
+            with self.subTest(fixture=v):
+                worst = max(t.failed for t in tallies[v].values())
+                self.assertGreaterEqual(worst, fixture_floor(len(SEEDS)),
+                                        f"{v}: {len(SEEDS) - worst} of {len(SEEDS)} runs passed")
 
     def test_grader_scores_starter_and_solution(self):
         need_guest(self)
@@ -98,7 +114,8 @@ class LabClaims:
                          "\n".join(f"{t.name}: {t.status}\n{t.output}"
                                    for t in results["solution"].tests if t.status != "passed"))
         failed = {t.name for t in results["starter"].failed}
-        self.assertEqual(failed, {t.name for t in self.spec.per_seed_tests})
+        self.assertTrue({t.name for t in self.spec.per_seed_tests if t.source == "ktap"} <= failed,
+                        failed)
 
 
 class StyleTest(unittest.TestCase):
@@ -121,6 +138,10 @@ class StyleTest(unittest.TestCase):
                                      env={**os.environ, "PATH": "/usr/bin:/bin"}, timeout=120)
                 self.assertRegex(res.stdout, r"total: 0 errors, 0 warnings, 0 checks",
                                  res.stdout)
+
+
+class DoorbellLabTest(LabClaims, unittest.TestCase):
+    LAB = "doorbell"
 
 
 class PostingLabTest(LabClaims, unittest.TestCase):
