@@ -106,8 +106,9 @@ static int handoff_fn(void *p)
 	unsigned int i;
 
 	for (i = 0; i < handoffs / 2; i++) {
+		/* Yield now and then: a busy host can slow a handoff to seconds. */
 		while (atomic_read(&turn) != a->me)
-			cpu_relax();
+			cond_resched();
 		spin_lock(&handoff_lock);
 		writel(i, scratch);
 		spin_unlock(&handoff_lock);

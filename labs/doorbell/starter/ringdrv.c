@@ -30,7 +30,7 @@
 #include "ringdrv_ioctl.h"
 
 #define RING_ENTRIES	64
-#define CMD_TIMEOUT	msecs_to_jiffies(200)
+#define CMD_TIMEOUT	msecs_to_jiffies(2000)	/* generous: an emulated CPU can stall */
 
 struct ringdrv_req {
 	u32 seq;
