@@ -55,6 +55,7 @@ extensions = [
     "kerneldoc",
     "kernel_include",
     "tracefig",
+    "labvariants",
 ]
 
 # Where a source is cited by a stable identifier, these roles make it a link.
@@ -78,7 +79,7 @@ highlight_language = "none"
 pygments_style = "sphinx"
 nitpicky = True
 # Kernel annotations the C domain should accept in declarations.
-c_id_attributes = ["__iomem", "__must_check", "__always_inline"]
+c_id_attributes = ["__iomem", "__must_check", "__always_inline", "VISIBLE_IF_KUNIT"]
 
 # Reproducible output: no build date, no "view source" links into the tree.
 html_last_updated_fmt = None
