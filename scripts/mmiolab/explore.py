@@ -15,15 +15,11 @@ channel.log (the recordings, as sent), and what was drawn from them.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
-import gzip
 import os
 import re
 import shutil
 import tempfile
-import zlib
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, initramfs, objcheck, submission, timeline, vm
@@ -33,7 +29,6 @@ from .lab import (BuildFailed, Lab, build_driver, build_text, confinement, disas
 from .labspec import LabSpec
 
 KEEP_SESSIONS = 20
-RECORD_RE = re.compile(r"^=== mmiolab record (\d+) (begin|end) ===$")
 # The lab page's guest commands: lines of its literal blocks that start with
 # the guest's prompt (vm/init's shell in /job); the banner shows them.
 PROMPT = "mmiolab:/job# "
@@ -262,11 +257,7 @@ def new_session(spec: LabSpec) -> str:
     return path
 
 
-@dataclass
-class Recording:
-    number: int
-    text: str               # the trace file as the guest wrote it ("" if it did not arrive whole)
-    problem: str = ""       # why it is incomplete
+Recording = timeline.Recording
 
 
 def recordings(channel: str) -> list[Recording]:
@@ -276,25 +267,7 @@ def recordings(channel: str) -> list[Recording]:
             data = f.read().decode("ascii", "replace")
     except OSError:
         return []
-    out, cur, body = [], None, []
-    for line in data.replace("\r", "").split("\n"):
-        m = RECORD_RE.match(line)
-        if m and m.group(2) == "begin":
-            if cur is not None:
-                out.append(Recording(cur, "", "another recording began before it ended"))
-            cur, body = int(m.group(1)), []
-        elif m and cur is not None and int(m.group(1)) == cur:
-            try:
-                text = gzip.decompress(base64.b64decode("".join(body), validate=True))
-                out.append(Recording(cur, text.decode("utf-8", "replace")))
-            except (binascii.Error, OSError, EOFError, zlib.error) as e:
-                out.append(Recording(cur, "", f"it arrived damaged ({e})"))
-            cur = None
-        elif cur is not None:
-            body.append(line.strip())
-    if cur is not None:
-        out.append(Recording(cur, "", "the VM stopped while it was being sent"))
-    return out
+    return timeline.recordings_in(data)
 
 
 def save_recordings(session: str) -> list[str]:

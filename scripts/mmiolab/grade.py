@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import html
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, kernel, ktap, objcheck, report, submission
+from . import BUILD, ROOT, kernel, ktap, objcheck, report, submission, timeline
 from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, run_tests,
                   scratch_root)
 from .labspec import LabSpec
@@ -47,7 +48,7 @@ class GradeOptions:
 # What the outcome of grading depends on, besides the submission and the options:
 # the grader (scripts/grade and the mmiolab modules it has loaded), the guest, the
 # lab's tests, the kernel.
-KIT_FILES = ["scripts/grade", "vm/init", "vm/guest/*.c"]
+KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/guest/*.c"]
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
@@ -241,6 +242,14 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = report.outcomes(spec, parsed, host, hidden)
+    picture = race_picture(res.channel, out_dir, f"{sub_id}: the first failing run")
+    if picture:
+        failing = next((t for g in spec.per_seed_tests if g.source == "ktap"
+                        for t in tests if t.name == g.name and t.status != "passed"), None)
+        if failing is not None:
+            failing.output += ("\n\n" + picture.text + "\nA picture of that run: race.html "
+                               "(and race.svg) beside this report.")
+            failing.html = picture.html
     trusted, _, _ = ktap.trusted_lines(res.channel, run.nonce)
     info = next((m.group(1) for line in trusted if (m := HARNESS_INFO.search(line))), "")
     if res.status != "exited":
@@ -251,6 +260,31 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         console_log=os.path.relpath(res.log, out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags)
+
+
+@dataclass
+class Picture:
+    text: str                   # what the trace shows, in words, and the excerpt
+    html: str                   # the picture, an inline SVG, for Gradescope
+
+
+def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
+    """The timeline of the first failing run the harness sent (vm/record,
+    RECORD_SEND=fail): race.svg and race.html in out_dir, and what it shows.
+    The trace comes from the guest, like the student's module: it draws a
+    picture and never decides a verdict."""
+    recs = [r for r in timeline.recordings_in(channel) if r.text]
+    if not recs:
+        return None
+    d = timeline.draw(recs[0].text, title=title)
+    if not d.svg:
+        return None
+    report.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
+    report.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
+    shows = d.finding.text if d.finding else d.summary
+    excerpt = "\n".join(d.excerpt.splitlines()[:40])
+    return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",
+                   f"<p>{html.escape(shows)}</p>{d.svg}")
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,

@@ -82,12 +82,12 @@ def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
 
 
 def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce: str,
-             seconds: float) -> dict[str, Tally]:
+             seconds: float, hidden: bool = False) -> dict[str, Tally]:
     parsed = ktap.parse(channel, nonce=nonce)
     tallies = {}
     for graded in spec.per_seed_tests:
-        if graded.source != "ktap":
-            continue            # hidden tests: the grader's second guest, not run here
+        if graded.source != ("hidden" if hidden else "ktap"):
+            continue            # the other guest's tests
         test = parsed.root.find(graded.name)
         runs = {t.name: t for t in (test.subtests if test else [])}
         failed, first, thr, why = 0, [], [], {}
@@ -155,9 +155,11 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
 
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
-                cmds: int = 10000, timeout: float | None = None) -> dict[str, Tally]:
+                cmds: int = 10000, timeout: float | None = None,
+                hidden: bool = False) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one
-    guest under the lab's fabric (plus `append`); a Tally per per-seed test."""
+    guest under the lab's fabric (plus `append`); a Tally per per-seed test.
+    hidden: the lab's hidden tests instead, in their own guest and fabric."""
     timeout = timeout or budget(spec, seeds)
     lab = Lab(spec.name, spec.module)
     base = os.path.join(BUILD, "labtest", lab.name)
@@ -166,11 +168,14 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
         src = variant_source(spec, variant, tmp)
         built = build_driver(lab, src, os.path.join(tmp, "build"))
         # A plain folder name: QEMU's option syntax breaks paths with commas.
-        name = variant + "-" + "-".join(append or ["default"])
+        name = variant + "-" + "-".join(append or ["default"]) + ("-hidden" if hidden else "")
         log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
         run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
-                        append=fabric_append(spec) + list(append or []), timeout=timeout)
-    tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds)
+                        append=fabric_append(spec, hidden=hidden) + list(append or []),
+                        timeout=timeout, harness=spec.hidden_harness if hidden else None,
+                        smp=spec.hidden_smp if hidden else None)
+    tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds,
+                       hidden)
     if run.result.status != "exited":
         # A hang or a crash fails every seed, as the grader counts it.
         for t in tallies.values():

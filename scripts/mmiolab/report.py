@@ -26,6 +26,7 @@ import datetime
 import fcntl
 import io
 import json
+import html
 import math
 import os
 import re
@@ -76,6 +77,7 @@ class TestOutcome:
     visibility: str = "visible"
     description: str = ""
     seconds: float | None = None
+    html: str = ""                  # a picture of the failing run (an inline SVG), if any
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -305,7 +307,7 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
     """The results.json document (Gradescope autograder specification)."""
     tests = []
     for i, t in enumerate(result.tests, 1):
-        tests.append({
+        entry = {
             "name": t.name,
             "number": str(i),
             "score": t.score,
@@ -314,7 +316,14 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
             "output": _cap(_clean_text(t.output), MAX_TEST_OUTPUT),
             "visibility": t.visibility,
             "extra_data": {"status": t.status},
-        })
+        }
+        if t.html:
+            # Gradescope renders a test's output as HTML when asked to: the
+            # text, escaped, then the picture of the failing run.
+            entry["output"] = ("<pre>" + html.escape(entry["output"]) + "</pre>"
+                               + t.html)
+            entry["output_format"] = "html"
+        tests.append(entry)
     return {
         "score": result.score,
         "execution_time": int(math.ceil(result.execution_time)),

@@ -39,9 +39,13 @@ read for one thing: whether the buffer overflowed.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
+import gzip
 import html
 import re
+import zlib
 from dataclasses import dataclass, field
 
 LINE_RE = re.compile(
@@ -901,3 +905,39 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         a(f'<text x="{left}" y="{ly + 18 + 13 * i}" class="sub">{_e(note)}</text>')
     a("</g></svg>")
     return "\n".join(out)
+
+
+# ------------------------------------------------------------- recordings on the wire
+
+RECORD_RE = re.compile(r"^=== mmiolab record (\d+) (begin|end) ===$")
+
+
+@dataclass
+class Recording:
+    number: int
+    text: str               # the trace file as the guest wrote it ("" if it did not arrive whole)
+    problem: str = ""       # why it is incomplete
+
+
+def recordings_in(data: str) -> list[Recording]:
+    """The recordings vm/record sent on a serial line (gzip'd, base64'd, between
+    marker lines), in the order sent; everything between them is ignored."""
+    out, cur, body = [], None, []
+    for line in data.replace("\r", "").split("\n"):
+        m = RECORD_RE.match(line)
+        if m and m.group(2) == "begin":
+            if cur is not None:
+                out.append(Recording(cur, "", "another recording began before it ended"))
+            cur, body = int(m.group(1)), []
+        elif m and cur is not None and int(m.group(1)) == cur:
+            try:
+                text = gzip.decompress(base64.b64decode("".join(body), validate=True))
+                out.append(Recording(cur, text.decode("utf-8", "replace")))
+            except (binascii.Error, OSError, EOFError, zlib.error) as e:
+                out.append(Recording(cur, "", f"it arrived damaged ({e})"))
+            cur = None
+        elif cur is not None:
+            body.append(line.strip())
+    if cur is not None:
+        out.append(Recording(cur, "", "the VM stopped while it was being sent"))
+    return out

@@ -74,7 +74,9 @@ done
 say "$single 2 single_cpu"
 unload
 
-# All CPUs on one path at a time, once per seed.
+# All CPUs on one path at a time, once per seed. Traced; the first failing
+# run's trace goes to the host, for the report's picture (vm/record).
+send=fail
 for p in $PATHS; do
 	split "$p"
 	say "  KTAP version 1"
@@ -90,7 +92,8 @@ for p in $PATHS; do
 			verdict="not ok"
 			continue
 		fi
-		check /job/ringtest -k "$k" -N "seed_$seed" -n "$CMDS" -s "$seed" -m "$path" -i 2 || verdict="not ok"
+		check env RECORD_SEND="$send" RECORD_KB=512 record /job/ringtest -k "$k" -N "seed_$seed" \
+			-n "$CMDS" -s "$seed" -m "$path" -i 2 || { verdict="not ok"; send=never; }
 		unload || verdict="not ok"
 	done
 	say "$verdict $n $name"
