@@ -3,6 +3,7 @@ class gradebook (append, merge of shards, concurrent writers), built from the
 recorded guest logs in tests/data/ktap."""
 
 import csv
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -17,7 +18,12 @@ from mmiolab import ROOT, ktap, labspec, report
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
-SPEC = labspec.load_lab("doorbell")
+# The report's mechanics, on a fixed 100-point lab: the doorbell lab's visible
+# tests, the race worth 40 (lab.toml gives it 30 and its hidden tests 10).
+_FULL = labspec.load_lab("doorbell")
+SPEC = dataclasses.replace(_FULL, tests=tuple(
+    dataclasses.replace(t, points=40.0) if t.name == "race" else t
+    for t in _FULL.tests if t.source != "hidden"))
 
 
 def data(name):

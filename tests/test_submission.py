@@ -449,7 +449,7 @@ GOOD_TOML = textwrap.dedent("""\
     [limits]
     run_timeout = 30
     [fabric]
-    profile = "pci"
+    profile = "pc"
     semantics = "5.2"
     route_ns = 400
     [[tests]]
@@ -473,11 +473,17 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual(spec.files, ("ringdrv.c",))
         self.assertEqual(spec.module, "ringdrv")
         self.assertEqual([t.name for t in spec.tests],
-                         ["build", "load_unload", "single_cpu", "race", "cost", "clean_log"])
-        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 40, 10, 10])
+                         ["build", "load_unload", "single_cpu", "race", "cost", "clean_log",
+                          "race_4cpu", "race_long"])
+        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 30, 10, 10, 5, 5])
         self.assertEqual(spec.max_score, 100)
         self.assertEqual([t.name for t in spec.ktap_tests],
                          ["load_unload", "single_cpu", "race", "cost"])
+        # hidden/hidden.toml: a second guest, four CPUs, other routes
+        self.assertEqual([t.name for t in spec.hidden_tests], ["race_4cpu", "race_long"])
+        self.assertEqual(spec.hidden_smp, 4)
+        self.assertNotEqual(spec.hidden_fabric["route_ns"], spec.fabric.get("route_ns"))
+        self.assertEqual({t.visibility for t in spec.hidden_tests}, {"after_published"})
         for s in ("mmiosim_mmiowb", "mmiosim_read", "mmiosim_write", "__fentry__",
                   "__x86_return_thunk", "__stack_chk_fail", "_printk", "__this_module",
                   "_raw_spin_lock_irqsave", "_raw_spin_unlock_irqrestore", "ioremap",
@@ -550,7 +556,7 @@ class LabSpecTest(unittest.TestCase):
             "Makefile in files": ('files = ["demo.c"]', 'files = ["Makefile"]', "Makefile"),
             "negative points": ('points = 30', 'points = -1', "points"),
             "bad seeds": ('default_seeds = [7]', 'default_seeds = []', "default_seeds"),
-            "bad profile": ('profile = "pci"', 'profile = "alpha"', "fabric.profile"),
+            "bad profile": ("profile = \"pc\"", 'profile = "alpha"', "fabric.profile"),
             "bad semantics": ('semantics = "5.2"', 'semantics = 5.2', "fabric.semantics"),
             "bad limit": ('run_timeout = 30', 'run_timeout = 0', "limits.run_timeout"),
             "bad source": ('source = "host"', 'source = "guest"', "source"),
