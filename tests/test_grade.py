@@ -100,7 +100,7 @@ class GradeTest(unittest.TestCase):
         s = self.scores("mmiowb")
         self.assertEqual(self.results("mmiowb")["score"], 100, s)
         r = self.scores("readback")
-        self.assertEqual(r["race"], 40)
+        self.assertEqual(r["race"], 30)
         self.assertLess(r["cost"], 10)
         st = self.scores("starter")
         self.assertEqual(st["race"], 0)
@@ -362,8 +362,9 @@ class GradescopeTest(unittest.TestCase):
                 os.makedirs(os.path.dirname(os.path.join(kit, rel)), exist_ok=True)
                 shutil.copy(os.path.join(ROOT, rel), os.path.join(kit, rel))
         hidden = os.path.join(kit, "labs", "doorbell", "hidden")
+        # The lab's own hidden.toml and harness.sh are there; add a program
+        # and what must never be packed.
         for rel, text in {"race4.c": "int main(void) { return 0; }\n",
-                          "harness.sh": "#!/bin/sh\n", "hidden.toml": "x = 1\n",
                           "ANSWERS.md": "mmiowb() before the unlock\n",
                           "expected.txt": "ok 3 race\n", "wrong-fix.patch": "--- a\n",
                           "solutions/x.c": "mmiowb();\n"}.items():
@@ -405,7 +406,8 @@ class GradescopeTest(unittest.TestCase):
         data = json.loads(text)
         self.assertEqual(data["score"], 100, text[:3000])
         self.assertEqual({t["name"] for t in data["tests"]},
-                         {"build", "load_unload", "single_cpu", "race", "cost", "clean_log"})
+                         {"build", "load_unload", "single_cpu", "race", "cost", "clean_log",
+                          "race_4cpu", "race_long"})
         for t in data["tests"]:
             self.assertEqual(t["score"], t["max_score"], t)
         for host in (ROOT, BUILD, root):
