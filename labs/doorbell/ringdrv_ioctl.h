@@ -43,7 +43,7 @@ struct ringdrv_stats {
 	__u64 timeouts;
 };
 
-/* Submit every command, then wait for all, 200 ms at most. */
+/* Submit every command, then wait for all, 2 s at most. */
 #define RINGDRV_SUBMIT	_IOW('R', 1, struct ringdrv_batch)
 #define RINGDRV_STATS	_IOR('R', 2, struct ringdrv_stats)
 
