@@ -135,14 +135,24 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
             files[f"/job/v/{i}.ko"] = built.ko
             files[f"/job/v/{i}.nonce"] = f"{nonces[i]}\n".encode()
         seed_list = " ".join(str(int(s)) for s in seeds)
+        batch = ktap.make_nonce()
+        # Each variant gets the time one run of its own would: one that outlasts
+        # it (a delay too long for the time limit) is stopped, and the seeds it
+        # did not report count as failed, as the grader counts a run that hangs.
         command = (f"for i in $(seq 0 {len(names) - 1}); do "
                    f"cp /job/v/$i.ko /job/{lab.module}.ko; cp /job/v/$i.nonce /job/nonce; "
-                   f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh; done")
+                   f"SEEDS='{seed_list}' CMDS={int(cmds)} timeout -s KILL {int(timeout)} "
+                   f"sh /job/harness.sh; rmmod {lab.module} 2>/dev/null; "
+                   f"echo \"$(cat /job/v/$i.nonce) {END_LINE}\" > /dev/ttyS1; "
+                   # A module that will not unload spoils what follows: stop, and
+                   # the variants after it run again alone.
+                   f"if grep -q '^{lab.module} ' /proc/modules; then break; fi; done; "
+                   f"echo \"{batch} {END_LINE}\" > /dev/ttyS1")
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
         cfg = vm.VMConfig(append=fabric_append(spec) + list(append or []),
-                          timeout=timeout * len(names),
-                          done_marker=f"{nonces[-1]} {END_LINE}")
+                          timeout=timeout * len(names) + 60,
+                          done_marker=f"{batch} {END_LINE}")
         res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
         for variant, nonce in zip(names, nonces):
             if f"{nonce} {END_LINE}" in res.channel:
