@@ -5,7 +5,8 @@
  * that the CPUs contend for the driver's lock; every command must
  * complete exactly once with its own result. The card's counters (kept by
  * the simulator, not by the driver under test) must show no stale doorbell,
- * no stale descriptor and exactly one execution per command.
+ * no stale descriptor and exactly one execution per command. A watcher stops
+ * the run at the card's first stale doorbell or descriptor (ring0/state).
  *
  * Prints one KTAP test result on stdout, indented by INDENT spaces (the
  * harness adds the run's nonce; this program never sees it: a driver could
@@ -152,7 +153,36 @@ static int read_counter(const char *path, const char *name, long long *val)
 }
 
 #define RING "/sys/kernel/debug/mmiosim/ring0/counters"
+#define STATE "/sys/kernel/debug/mmiosim/ring0/state"
 #define FABRIC "/sys/kernel/debug/mmiosim/stats"
+
+static int workers_done;
+
+/*
+ * Stop at the card's first stale doorbell or stale descriptor, which the
+ * card's state shows without delivering the writes in flight (reading
+ * RING would): the verdict is known, and a wrong driver need not run on.
+ */
+static void *watch(void *unused)
+{
+	long long base_db = 0, base_desc = 0, db, desc;
+	struct timespec nap = { 0, 2000000 };	/* 2 ms */
+
+	(void)unused;
+	if (read_counter(STATE, "stale_doorbells", &base_db) ||
+	    read_counter(STATE, "stale_descriptors", &base_desc))
+		return NULL;			/* an older card: the end-of-run check still holds */
+	while (!__atomic_load_n(&workers_done, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		nanosleep(&nap, NULL);
+		if (read_counter(STATE, "stale_doorbells", &db) ||
+		    read_counter(STATE, "stale_descriptors", &desc))
+			break;
+		if (db > base_db || desc > base_desc)
+			failed_at(__atomic_load_n(&submitted_total, __ATOMIC_RELAXED));
+	}
+	return NULL;
+}
 
 struct snapshot {
 	long long doorbells, stale_doorbells, executed, stale_descriptors;
@@ -178,6 +208,7 @@ int main(int argc, char **argv)
 	const char *name = "race", *costfile = NULL;
 	struct snapshot a, b;
 	struct worker *w;
+	pthread_t watcher;
 	struct timespec t0, t1;
 	double secs;
 	int pass;
@@ -213,6 +244,7 @@ int main(int argc, char **argv)
 		w[i].cpu = i % ncpu;
 		w[i].id = i;
 		pthread_create(&w[i].th, NULL, work, &w[i]);
+	pthread_create(&watcher, NULL, watch, NULL);
 	}
 	for (i = 0; i < threads; i++) {
 		pthread_join(w[i].th, NULL);
@@ -221,6 +253,8 @@ int main(int argc, char **argv)
 		corrupt += w[i].corrupt;
 		errors += w[i].errors;
 	}
+	__atomic_store_n(&workers_done, 1, __ATOMIC_RELAXED);
+	pthread_join(watcher, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 	snap(&b);
