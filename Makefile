@@ -5,6 +5,8 @@ SHELL := /bin/bash
 PY := /usr/bin/python3
 KIT := $(PY) scripts/kit
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
+# Everything generated goes here (MMIOLAB_BUILD moves it, as for scripts/kit).
+BUILD := $(or $(MMIOLAB_BUILD),build)
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
 	gradescope clean help full-kit
@@ -52,7 +54,7 @@ LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
 labstats: full-kit kernel initramfs
 	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
 		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) || exit 1; \
-	done | tee build/labstats.txt
+	done | tee $(BUILD)/labstats.txt
 
 ## make bisect     build every prefix of the patch series (slow; not part of check)
 bisect:
@@ -61,8 +63,8 @@ bisect:
 ## make docs        render the HTML docs into build/docs/html
 docs: full-kit
 	@MMIOLAB_DEBUG= $(KIT) kernel
-	@$(SPHINX) -b html -d build/docs/doctrees -c . Documentation build/docs/html
-	@echo "mmiolab: docs: file://$(CURDIR)/build/docs/html/index.html"
+	@$(SPHINX) -b html -d $(BUILD)/docs/doctrees -c . Documentation $(BUILD)/docs/html
+	@echo "mmiolab: docs: file://$(abspath $(BUILD))/docs/html/index.html"
 
 ## make handout     each lab's student handout (no solutions) into build/handout
 handout: full-kit

@@ -23,7 +23,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # extensions: kerneldoc.py (which imports kernellog.py from the same
 # directory) and kernel_include.py. Without that tree the docs cannot be
 # built: fail loudly rather than silently drop the API pages.
-KERNEL_SRC = os.path.join(ROOT, "build", "kernel", "src")
+# MMIOLAB_BUILD moves build/ (as it does for scripts/kit).
+KERNEL_SRC = os.path.join(os.environ.get("MMIOLAB_BUILD", os.path.join(ROOT, "build")),
+                          "kernel", "src")
 KERNEL_SPHINX = os.path.join(KERNEL_SRC, "Documentation", "sphinx")
 _needed = [os.path.join(KERNEL_SPHINX, "kerneldoc.py"),
            os.path.join(KERNEL_SRC, "scripts", "kernel-doc"),

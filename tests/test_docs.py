@@ -40,16 +40,19 @@ import threading
 import time
 import unittest
 import urllib.parse
+from unittest import mock
+
+from mmiolab import BUILD
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
-OUT = os.path.join(ROOT, "build", "test-docs")
+OUT = os.path.join(BUILD, "test-docs")
 HTML = os.path.join(OUT, "html")
 SHOTS = os.path.join(OUT, "screenshots")
 LAB = os.path.join(ROOT, "labs", "doorbell")
 LAB_NAMES = ("doorbell", "posting", "modern")
 FIGURES = os.path.join(ROOT, "Documentation", "figures")
-KERNEL_SRC = os.path.join(ROOT, "build", "kernel", "src")
+KERNEL_SRC = os.path.join(BUILD, "kernel", "src")
 sys.path.insert(0, os.path.join(ROOT, "Documentation", "sphinx"))
 
 # Pages that must exist: one per topic the issue asks for.
@@ -255,7 +258,8 @@ class ApiReferenceTest(unittest.TestCase):
 
     def test_conf_requires_the_kernel_tree(self):
         """Without build/kernel/src, conf.py fails and says to run `make kernel`."""
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, \
+                mock.patch.dict(os.environ, {"MMIOLAB_BUILD": os.path.join(d, "build")}):
             shutil.copy(os.path.join(ROOT, "conf.py"), d)
             with self.assertRaises(RuntimeError) as cm:
                 runpy.run_path(os.path.join(d, "conf.py"))

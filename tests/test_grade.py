@@ -56,7 +56,7 @@ CLASS = {
 class GradeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="grade-", dir=os.path.join(ROOT, "build"))
+        cls.tmp = tempfile.mkdtemp(prefix="grade-", dir=BUILD)
         cls.klass = os.path.join(cls.tmp, "class")
         cls.out = os.path.join(cls.tmp, "out")
         os.makedirs(cls.klass)

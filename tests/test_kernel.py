@@ -6,12 +6,12 @@ import subprocess
 import tempfile
 import unittest
 
-from mmiolab import ROOT, kernel
+from mmiolab import BUILD, ROOT, kernel
 
 
 class PatchSeriesTest(unittest.TestCase):
     def test_bad_patch_is_named(self):
-        with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as tmp:
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
             patches = os.path.join(tmp, "patches")
             shutil.copytree(kernel.PATCHES, patches)
             bad = "9999-does-not-apply.patch"
