@@ -109,11 +109,17 @@ def _write_member(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes,
 
 
 def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
-    """Compile one guest program as a static binary (guest programs are C)."""
-    cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o", out, src]
+    """Compile one guest program as a static binary (guest programs are C).
+    The binary appears whole or not at all: two test runs at once may both
+    compile it while the other reads it into an initramfs."""
+    tmp = f"{out}.{os.getpid()}.tmp"
+    cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o", tmp, src]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")
+    os.replace(tmp, out)
 
 
 def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,
@@ -168,13 +174,14 @@ def build() -> str:
         if os.path.exists(BASE) and os.path.exists(stamp) and open(stamp).read() == digest:
             return BASE
         os.makedirs(OUT_DIR, exist_ok=True)
-        tmp = BASE + ".tmp"
+        tmp = f"{BASE}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             # mtime=0: the same inputs give the same bytes.
             f.write(gzip.compress(data, compresslevel=6, mtime=0))
         os.replace(tmp, BASE)
-        with open(stamp, "w") as f:
+        with open(stamp + ".tmp", "w") as f:
             f.write(digest)
+        os.replace(stamp + ".tmp", stamp)
     return BASE
 
 

@@ -16,6 +16,8 @@ within reach of a driver) is "unfinished", whatever status it reported.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -131,8 +133,10 @@ def probe_kvm(cfg: VMConfig, timeout: float = 3.0) -> tuple[bool, str]:
         ok = res.ok
         reason = "a KVM guest booted" if ok else f"a KVM guest failed: {res.status}"
     os.makedirs(os.path.dirname(ACCEL_CACHE), exist_ok=True)
-    with open(ACCEL_CACHE, "w") as f:
+    tmp = f"{ACCEL_CACHE}.{os.getpid()}.tmp"      # test runs may probe at once
+    with open(tmp, "w") as f:
         json.dump({"key": key, "kvm": ok, "reason": reason}, f)
+    os.replace(tmp, ACCEL_CACHE)
     return ok, reason
 
 
@@ -180,8 +184,38 @@ def run(command: str, files: dict[str, str | bytes] | None = None,
     """
     cfg = cfg or VMConfig()
     accel = accel or choose_accel(cfg)
-    log_dir = log_dir or tempfile.mkdtemp(prefix="vm-", dir=_runs_dir())
-    os.makedirs(log_dir, exist_ok=True)
+    if log_dir is None:
+        return _run_in(command, files, cfg, tempfile.mkdtemp(prefix="vm-", dir=_runs_dir()),
+                       accel)
+    with claim_dir(log_dir) as d:
+        return _run_in(command, files, cfg, d, accel)
+
+
+@contextlib.contextmanager
+def claim_dir(path: str):
+    """A log folder that is reused run after run, for this run alone: path, or
+    path.2, path.3... when another process (a test suite running two modules
+    at once) is using it. The result's log names the folder used."""
+    n = 1
+    while True:
+        d = path if n == 1 else f"{path}.{n}"
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(os.path.join(d, ".in-use"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            n += 1
+            continue
+        try:
+            yield d
+        finally:
+            os.close(fd)
+        return
+
+
+def _run_in(command: str, files: dict[str, str | bytes] | None, cfg: VMConfig, log_dir: str,
+            accel: str) -> RunResult:
     files = {"/job/run": ("#!/bin/sh\n" + command + "\n").encode(), **(files or {})}
     initrd = _overlaid(cfg.initrd, files, os.path.join(log_dir, "initrd.img"))
     append = cfg.append + ["run=/job/run"]
