@@ -1,15 +1,17 @@
 """scripts/handout: each lab's student kit holds what a student needs and none
 of the answers, and it really grades a driver when unpacked elsewhere."""
 
+import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import unittest
 
-from mmiolab import BUILD, ROOT
+from mmiolab import BUILD, ROOT, kernel
 from mmiolab.handout import pack
 from mmiolab.labspec import lab_names, load_lab
 from vmtest import need_guest, report
@@ -136,31 +138,68 @@ class HandoutTest(unittest.TestCase):
             self.assertEqual(fa.read(), fb.read())
         self.assertFalse(os.path.exists(a + ".part"))
 
+    def test_handout_carries_the_built_kernel(self):
+        """Students do not build kernels: the kernel image, the initramfs and what a
+        module build needs (headers, Module.symvers, the build programs), saying
+        which kit built them; the whole handout stays under 40 MB."""
+        for name in lab_names():
+            top = f"mmiolab-{name}/prebuilt/"
+            files = self.tars[name]
+            for need in ("kernel/obj/arch/x86/boot/bzImage", "kernel/obj/Module.symvers",
+                         "kernel/obj/.config", "kernel/obj/Makefile",
+                         "kernel/obj/scripts/mod/modpost", "kernel/obj/scripts/basic/fixdep",
+                         "kernel/obj/include/generated/autoconf.h",
+                         "kernel/src/Makefile", "kernel/src/include/linux/module.h",
+                         "kernel/src/include/linux/mmiosim.h", "kernel/src/scripts/Makefile.build",
+                         "kernel/src/arch/x86/include/asm/io.h", "kernel/built-by.json",
+                         "initramfs/base.cpio.gz", "initramfs/built-by.json"):
+                self.assertIn(top + need, files, f"{name}: prebuilt/{need} missing")
+            self.assertFalse([m for m in files if m.startswith(top) and m.endswith((".c", ".o"))
+                              and "/scripts/" not in m], name)
+            built = json.loads(files[top + "kernel/built-by.json"])
+            self.assertRegex(built["kit"], r"^commit [0-9a-f]{12}")
+            self.assertEqual(built["config"], kernel.config_digest())
+            self.assertEqual(built["patches"], kernel.patches_digest())
+            self.assertIn(built["kit"], files[f"mmiolab-{name}/HANDOUT.md"].decode())
+            size = os.path.getsize(os.path.join(self.out, f"mmiolab-{name}.tar.gz"))
+            self.assertLess(size, 40e6, name)
+            report(f"handout {name}: {size / 1e6:.1f} MB")
+
     def test_unpacked_handout_grades_the_starter(self):
-        """A student's kit, unpacked elsewhere, self-checks the starter with the
-        kernel already built (same patches: no rebuild) and fails its race test;
-        the full-kit targets say what this is instead of failing obscurely."""
+        """A student's kit, unpacked in a clean folder (no build/ of the kit's),
+        self-checks the starter with the kernel it carries (no kernel build,
+        no kernel source needed) and fails its race test; the full-kit targets
+        say what this is instead of failing obscurely."""
         need_guest(self)
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            # A grader run as root builds as an unprivileged uid (sandbox.py),
+            # which must reach the kernel tree: a folder others may enter.
+            os.chmod(tmp, 0o755)
             with tarfile.open(os.path.join(self.out, "mmiolab-doorbell.tar.gz")) as tar:
                 tar.extractall(tmp, filter="data") if sys.version_info >= (3, 12) \
                     else tar.extractall(tmp)
             kit = os.path.join(tmp, "mmiolab-doorbell")
-            env = {**os.environ, "MMIOLAB_BUILD": BUILD}
+            env = {k: v for k, v in os.environ.items() if k != "MMIOLAB_BUILD"}
+            env["MMIOLAB_KERNEL_TARBALL"] = os.path.join(tmp, "no-kernel-source.tar.xz")
             res = subprocess.run(["make", "-s", "demo"], cwd=kit, env=env, capture_output=True,
                                  text=True, stdin=subprocess.DEVNULL)
             self.assertEqual(res.returncode, 2, res.stdout + res.stderr)
             self.assertIn("student handout", res.stderr)
+            t0 = time.monotonic()
             res = subprocess.run(["make", "-s", "-C", "labs/doorbell", "check"], cwd=kit, env=env,
                                  capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                  timeout=600)
+            seconds = time.monotonic() - t0
             out = res.stdout + res.stderr
+            self.assertFalse(os.path.exists(os.path.join(kit, "build", "kernel")), out[-3000:])
+            self.assertIn("kernel: prebuilt by the kit at commit", out)
             self.assertNotIn("kernel: build", out, "the unpacked kit rebuilt the kernel")
             self.assertRegex(out, r"(?m)^  FAILED +race ", out[-3000:])
             score = re.search(r"(?m)^mmiolab doorbell: ringdrv: ([\d.]+)/([\d.]+)$", out)
             self.assertIsNotNone(score, out[-3000:])
             self.assertLess(float(score.group(1)), float(score.group(2)))
-            report(f"handout self-check of the starter: {score.group(0)}")
+            report(f"handout self-check of the starter, in a clean folder: {score.group(0)} "
+                   f"in {seconds:.0f}s")
 
 
 if __name__ == "__main__":

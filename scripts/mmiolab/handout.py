@@ -9,6 +9,9 @@ needs to build the lab VM, break and fix the driver and self-check it:
                                                hidden/ (the grader's hidden tests)
   labs/OTHER/lab.toml                          a lab whose allow-list LAB borrows
   docs/                                        the student edition of the HTML pages
+  prebuilt/kernel/                             the lab kernel, built: its image and
+                                               what an out-of-tree module build needs
+  prebuilt/initramfs/                          the guest's initramfs, built
   HANDOUT.md                                   what to do, and what is left out
 
 Symbolic links in the lab (a test program shared with another lab) are packed
@@ -16,16 +19,24 @@ as the files they point to. The docs are built with Sphinx's "-t student"
 tag, which drops the lab pages' solutions and wrong fixes. Members are sorted
 and carry no owner and the last commit's time, so the same commit packs to
 the same bytes.
+
+The prebuilt kernel holds what Debian's linux-headers packages hold, chosen
+as the kernel's own scripts/package/builddeb (deploy_kernel_headers) chooses
+it, in the kit's src/ and obj/ layout, with the kernel image; built-by.json
+says which kit commit, patches and config built it, and the kit refuses it
+if patches/ or vm/kernel.config no longer match (kernel.use_prebuilt).
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import shutil
 import subprocess
 import tarfile
+from dataclasses import dataclass, field
 
 from . import BUILD, ROOT
 from .labspec import LabSpec
@@ -65,12 +76,104 @@ suite and the sources of the documentation are not in it.
    `make -C labs/{name} check` (or `make -C labs/{name} check SUBMISSION=my.c`).
 5. Hand in `{file}`, and only that file.
 
+The lab kernel comes built, in `prebuilt/` (with what a module build needs):
+{built}. It stays in use as long as `patches/` and `vm/kernel.config` are
+as handed out.
+
 `make demo`, `make check` and `make docs` need the full kit and say so here.
 """
 
 
 class HandoutError(Exception):
     pass
+
+
+@dataclass
+class Prebuilt:
+    """What of the built kit a handout carries: (name in the kit, file on disk),
+    symbolic links (name, target) and the generated built-by.json."""
+    files: list[tuple[str, str]] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    generated: dict[str, bytes] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+def _find(top: str, rel: str, want=lambda name: True, maxdepth: int = 0) -> list[str]:
+    """Files (and links to files) under top/rel, relative to top, like find -type f."""
+    out = []
+    start = os.path.join(top, rel)
+    if os.path.isfile(start):
+        return [rel]
+    base_depth = start.rstrip(os.sep).count(os.sep)
+    for d, dirs, names in os.walk(start):
+        if maxdepth and d.count(os.sep) - base_depth >= maxdepth - 1:
+            dirs[:] = []
+        for n in names:
+            full = os.path.join(d, n)
+            if want(n) and os.path.isfile(full):
+                out.append(os.path.relpath(full, top))
+    return out
+
+
+def _kit_commit(root: str) -> str:
+    res = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"],
+                         capture_output=True, text=True)
+    if res.returncode:
+        return "no commit (not a git clone)"
+    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "patches", "vm"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"commit {res.stdout.strip()}" + (" with uncommitted changes to patches/ or vm/"
+                                             if dirty else "")
+
+
+def prebuilt(root: str = ROOT) -> Prebuilt:
+    """The built lab kernel and initramfs, as a handout carries them."""
+    from . import initramfs, kernel
+    src, obj = kernel.SRC, kernel.OBJ
+    if not os.path.exists(kernel.BZIMAGE) or not os.path.exists(os.path.join(obj, "Module.symvers")):
+        raise HandoutError("the lab kernel is not built: run 'make kernel'")
+    arch = "arch/x86"
+    src_files = _find(src, ".", lambda n: n.startswith("Makefile"), maxdepth=1)
+    src_files += _find(src, arch, lambda n: n.startswith("Makefile"), maxdepth=1)
+    for rel in ("include", "scripts"):
+        src_files += _find(src, rel)
+    src_files += _find(src, arch, lambda n: n in ("Kbuild.platforms", "Platform"))
+    for d, dirs, _ in os.walk(os.path.join(src, arch)):
+        for sub in dirs:
+            if sub in ("include", "scripts"):
+                src_files += _find(src, os.path.relpath(os.path.join(d, sub), src))
+    # Host objects and Kbuild's command records are not needed to build a module.
+    skip = lambda n: not (n.endswith(".o") or n.startswith(".") and n.endswith(".cmd"))  # noqa: E731
+    obj_files = [".config", "Module.symvers", "arch/x86/boot/bzImage"]
+    if os.path.exists(os.path.join(obj, "tools/objtool/objtool")):
+        obj_files.append("tools/objtool/objtool")
+    for rel in (f"{arch}/include", "include", "scripts"):
+        obj_files += _find(obj, rel, skip)
+    pb = Prebuilt()
+    top = os.path.join("prebuilt", "kernel")
+    for rel in sorted(set(os.path.normpath(r) for r in src_files)):
+        pb.files.append((os.path.join(top, "src", rel), os.path.join(src, rel)))
+    for rel in sorted(set(os.path.normpath(r) for r in obj_files)):
+        pb.files.append((os.path.join(top, "obj", rel), os.path.join(obj, rel)))
+    # The build folder's Makefile and source link name the kernel tree by a
+    # path of this machine's: in the handout they name it relatively.
+    pb.generated[os.path.join(top, "obj", "Makefile")] = \
+        b"# Generated by scripts/handout: the module build's entry point.\ninclude ../src/Makefile\n"
+    pb.links.append((os.path.join(top, "obj", "source"), "../src"))
+    with open(os.path.join(obj, "include", "config", "kernel.release")) as f:
+        release = f.read().strip()
+    with open(os.path.join(obj, "include", "generated", "compile.h")) as f:
+        compiler = next((line.split('"')[1] for line in f if "LINUX_COMPILER" in line), "?")
+    pb.info = {"kit": _kit_commit(root), "release": release, "compiler": compiler,
+               "patches": kernel.patches_digest(), "config": kernel.config_digest(),
+               "source": os.path.basename(kernel.TARBALL)}
+    pb.generated[os.path.join(top, kernel.PREBUILT_INFO)] = \
+        (json.dumps(pb.info, indent=1, sort_keys=True) + "\n").encode()
+    base = initramfs.build()
+    pb.files.append((os.path.join("prebuilt", "initramfs", os.path.basename(base)), base))
+    pb.generated[os.path.join("prebuilt", "initramfs", initramfs.PREBUILT_INFO)] = \
+        (json.dumps({"inputs": initramfs.inputs_digest()}) + "\n").encode()
+    return pb
 
 
 def kit_files(root: str = ROOT) -> list[str]:
@@ -145,8 +248,10 @@ def kit_time(root: str = ROOT) -> int:
     return int(res.stdout.strip() or 0) if res.returncode == 0 else 0
 
 
-def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT) -> str:
+def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
+         built: Prebuilt | None = None) -> str:
     """Write out_dir/mmiolab-LAB.tar.gz (atomically) and return its path."""
+    built = built or prebuilt(root)
     top = f"mmiolab-{spec.name}"
     entries: list[tuple[str, str]] = []     # (name in the tarball, file on disk)
     for path in members(spec, kit_files(root)):
@@ -174,9 +279,20 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT) -> str:
     with open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=when) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        text = HANDOUT_MD.format(name=spec.name, title=spec.title, file=spec.files[0])
+        info = built.info
+        text = HANDOUT_MD.format(name=spec.name, title=spec.title, file=spec.files[0],
+                                 built=f"Linux {info['release']} with the kit's patches, "
+                                       f"built by the kit at {info['kit']}, "
+                                       f"with {info['compiler']}")
         _add(tar, f"{top}/HANDOUT.md", text.encode(), 0o644, when)
-        for name, src in sorted(entries):
+        for name, data in sorted(built.generated.items()):
+            _add(tar, f"{top}/{name}", data, 0o644, when)
+        for name, target in built.links:
+            info_l = tarfile.TarInfo(f"{top}/{name}")
+            info_l.type, info_l.linkname, info_l.mode, info_l.mtime = \
+                tarfile.SYMTYPE, target, 0o777, when
+            tar.addfile(info_l)
+        for name, src in sorted(entries + built.files):
             with open(src, "rb") as f:
                 data = f.read()
             if os.path.basename(name) == "lab.toml":

@@ -26,7 +26,14 @@ DEBUG_FRAGMENT = os.path.join(ROOT, "vm", "debug.config")
 # MMIOLAB_DEBUG=1 (make kernel DEBUG=1): the debug kernel, in build/kernel-debug.
 DEBUG = os.environ.get("MMIOLAB_DEBUG", "") == "1"
 FRAGMENTS = [FRAGMENT, DEBUG_FRAGMENT] if DEBUG else [FRAGMENT]
-KDIR = os.path.join(BUILD, "kernel-debug" if DEBUG else "kernel")
+# A student handout carries the lab kernel built (scripts/handout): the kernel
+# image and what an out-of-tree module build needs, in the kit's own src/obj
+# layout. Students do not build kernels.
+PREBUILT = os.path.join(ROOT, "prebuilt", "kernel")
+PREBUILT_INFO = "built-by.json"
+USE_PREBUILT = not DEBUG and os.path.isdir(PREBUILT)
+KDIR = PREBUILT if USE_PREBUILT else os.path.join(BUILD, "kernel-debug" if DEBUG else "kernel")
+WHAT = "debug kernel" if DEBUG else "kernel"      # in progress lines
 SRC = os.path.join(KDIR, "src")
 OBJ = os.path.join(KDIR, "obj")
 STAMP = os.path.join(KDIR, "stamp.json")
@@ -180,12 +187,47 @@ def check_config(config: str, fragment: str) -> None:
                           os.path.relpath(fragment, ROOT) + ":\n  " + "\n  ".join(lost))
 
 
+def patches_digest(patch_dir: str = PATCHES) -> str:
+    names = series(patch_dir)
+    return _digest([os.path.join(patch_dir, "series")] + [os.path.join(patch_dir, n)
+                                                          for n in names] if names else [])
+
+
+def prebuilt_info(kdir: str = PREBUILT) -> dict:
+    try:
+        with open(os.path.join(kdir, PREBUILT_INFO)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def use_prebuilt() -> str:
+    """A handout's kernel, if it was built from this kit's patches and config."""
+    info = prebuilt_info()
+    if not os.path.exists(BZIMAGE):
+        raise FileNotFoundError(f"{os.path.relpath(BZIMAGE, ROOT)} is missing: the handout "
+                                f"is incomplete (unpack it again)")
+    changed = [what for what, key, now in (("patches/", "patches", patches_digest()),
+                                           ("vm/kernel.config", "config", config_digest()))
+               if info.get(key) != now]
+    if changed:
+        raise ConfigError(
+            f"{' and '.join(changed)} differ from what the handout's kernel was built from "
+            f"(kit {info.get('kit', '?')}): restore them from the handout. (To build a kernel "
+            f"of your own instead, which takes minutes and needs linux-source-6.1: remove "
+            f"prebuilt/kernel, then make kernel.)")
+    say(f"kernel: prebuilt by the kit at {info.get('kit', '?')} (Linux {info.get('release', '?')})")
+    return BZIMAGE
+
+
 def build(force: bool = False) -> str:
     """Bring build/kernel up to date with patches/ and vm/kernel.config; returns bzImage."""
+    if USE_PREBUILT:
+        return use_prebuilt()
     stamp = _load_stamp()
     src_d, cfg_d = source_digest(), config_digest()
     if force or stamp.get("source") != src_d or not os.path.isdir(SRC):
-        with step("kernel: unpack and patch"):
+        with step(f"{WHAT}: unpack and patch", tick=True):
             stamp = {}
             os.makedirs(KDIR, exist_ok=True)
             unpack(SRC)
@@ -196,18 +238,19 @@ def build(force: bool = False) -> str:
     # The series may add Kconfig options, so a new tree is configured anew.
     cfg_d = src_d + cfg_d
     if stamp.get("config") != cfg_d or not os.path.exists(os.path.join(OBJ, ".config")):
-        with step("kernel: configure"):
+        with step(f"{WHAT}: configure"):
             configure()
         stamp["config"] = cfg_d
         stamp.pop("built", None)
         _save_stamp(stamp)
     want = cfg_d
     if stamp.get("built") == want and os.path.exists(BZIMAGE):
-        say("kernel: up to date")
+        say(f"{WHAT}: up to date")
         return BZIMAGE
-    with step(f"kernel: build (full log: {os.path.relpath(KDIR, ROOT)}/build.log)"):
-        run_logged(make_cmd("bzImage", "modules"), os.path.join(KDIR, "build.log"),
-                   "kernel build", env=build_env(), count_prefix="  CC")
+    log = os.path.join(KDIR, "build.log")
+    with step(f"{WHAT}: build (full log: {log})"):
+        run_logged(make_cmd("bzImage", "modules"), log, f"{WHAT} build", env=build_env(),
+                   count_prefix="  CC")
     stamp["built"] = want
     _save_stamp(stamp)
     return BZIMAGE

@@ -15,14 +15,30 @@ def say(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def step(name: str):
+def step(name: str, tick: bool = False):
+    """Say when a step starts and ends, and how long it took. tick: a step
+    with no progress of its own also says every 30 s that it is still going."""
     t0 = time.monotonic()
     say(f"{name} ...")
+    done = threading.Event()
+
+    def ticker():
+        while not done.wait(30):
+            el = int(time.monotonic() - t0)
+            say(f"{name}: {el // 60}m{el % 60:02d}s")
+
+    th = threading.Thread(target=ticker, daemon=True) if tick else None
+    if th:
+        th.start()
     try:
         yield
     except BaseException:
         say(f"{name} FAILED after {time.monotonic() - t0:.1f}s")
         raise
+    finally:
+        done.set()
+        if th:
+            th.join()
     say(f"{name} done in {time.monotonic() - t0:.1f}s")
 
 
