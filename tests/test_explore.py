@@ -149,7 +149,7 @@ class ExploreHostTest(unittest.TestCase):
         self.assertIn("mmiosim.profile=pc", words)
         self.assertIn("mmiosim.locking=5.2", words)
         self.assertIn("mmiosim.seed=3", words)
-        self.assertIn("mmiosim.stall_ppm=5000", words)
+        self.assertIn(f"mmiosim.stall_ppm={spec.fabric['stall_ppm']}", words)
         self.assertEqual(len([w for w in words if w.startswith("mmiosim.profile=")]), 1)
         for bad in ("profile", "profile=pc;reboot", "Profile=pc", "x='1'"):
             with self.assertRaises(explore.ExploreError, msg=bad):
