@@ -80,6 +80,36 @@ class TimelineTest(unittest.TestCase):
         self.assertIn('class="mmiosim-write doorbell overtaken stale"', d.svg)
         self.assertIn("1 stale doorbells", d.summary)
 
+    def test_long_excerpt_is_thinned_not_dropped(self):
+        """A long-stalled doorbell spans hundreds of other writes: the excerpt
+        keeps it and its neighbour whole, and whole writes nearest it."""
+        # Recorded in the doorbell lab VM (record ringtest -n 10000, the starter):
+        # its stale doorbell was held 6.5 ms in a stall, past 420 other events.
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "traces",
+                            "stalled-doorbell.txt.gz")
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+        d = timeline.draw(text)
+        self.assertIsNotNone(d.finding, d.warnings)
+        self.assertIn("a stale doorbell", d.finding.text)
+        self.assertIn("left out", d.excerpt)
+        self.assertIn('stale"', d.svg)
+        tr = timeline.parse(text)
+        stale = next(w for w in tr.writes.values() if w.stale)
+        later = min((w for w in tr.writes.values() if w.off == stale.off and w.seq > stale.seq),
+                    key=lambda w: w.seq)
+        full = timeline.excerpt_lines(tr, [stale, later], 0)
+        must = len(stale.lines + later.lines)
+        self.assertGreater(len(full), must + 4)
+        cut = must + (len(full) - must) // 2
+        lines = timeline.excerpt_lines(tr, [stale, later], 0, max_lines=cut)
+        self.assertLessEqual(len(lines), cut)
+        self.assertLess(must, len(lines))
+        self.assertTrue(set(stale.lines + later.lines) <= set(lines))
+        kept = set(lines)
+        for w in tr.writes.values():
+            self.assertIn(len(kept & set(w.lines)), (0, len(w.lines)), w)
+
     def test_recorded_fixes_show_no_failure(self):
         for name, kind in (("fix-mmiowb", "mmiowb"), ("fix-readback", "read")):
             with open(os.path.join(FIGURES, f"{name}-trace.txt"), encoding="utf-8") as f:

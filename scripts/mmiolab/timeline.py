@@ -521,8 +521,28 @@ def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300
         end = grown
     lines = [ev.lineno for ev in tr.events if start <= ev.lineno <= end]
     if len(lines) > max_lines:
+        # A long-stalled write spans many others: keep these writes whole,
+        # and of the rest the events (whole writes) nearest their last line.
+        lines = _thinned(tr, list(pair) + list(earlier), max(end, upto), lines, max_lines)
+    if len(lines) > max_lines:
         raise TraceError(f"the excerpt would have {len(lines)} events (more than {max_lines})")
     return lines
+
+
+def _thinned(tr: Trace, keep, centre: int, lines: list, max_lines: int) -> list:
+    """At most max_lines of lines: all those of the writes in keep, then, nearest
+    centre first, other events, a write only with all its lines."""
+    window = set(lines)
+    owner = {ln: w for w in tr.writes.values() for ln in w.lines}
+    chosen = {ln for w in keep for ln in w.lines}
+    for ln in sorted(window - chosen, key=lambda n: abs(n - centre)):
+        if len(chosen) >= max_lines:
+            break
+        w = owner.get(ln)
+        group = set(w.lines) if w else {ln}
+        if group <= window and len(chosen | group) <= max_lines:
+            chosen |= group
+    return sorted(chosen)
 
 
 # --- the whole job: a recorded trace in, a picture and an excerpt out --------
@@ -585,6 +605,10 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     head["summary"] = summary
     keep = finding.lines
     head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
+    left_out = sum(keep[0] <= ev.lineno <= keep[-1] for ev in tr.events) - len(keep)
+    if left_out:
+        head["excerpt"] += (f"; {left_out} events in between left out (the writes farthest "
+                            "from what it shows)")
     columns = [ln for ln in lines[:2500] if ln.startswith("#") and "TASK-PID" in ln]
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
