@@ -306,7 +306,7 @@ def _mark_late(tr: Trace) -> None:
     STOP returned.)
     """
     irq = tr.card_irq
-    if irq is None or not tr.irqs or not tr.returns:
+    if not tr.returns:
         return
     enables = sorted((w for w in tr.writes.values() if w.off == INT_ENABLE and w.lines),
                      key=lambda w: min(w.lines))
@@ -320,7 +320,7 @@ def _mark_late(tr: Trace) -> None:
         ret.disabled = d
         until = min(enables[i + 1].lines) if i + 1 < len(enables) else float("inf")
         for q in tr.irqs:
-            if q.irq == irq and ret.lineno < q.lineno < until:
+            if irq is not None and q.irq == irq and ret.lineno < q.lineno < until:
                 q.late = True
 
 
@@ -353,6 +353,14 @@ def first_late_interrupt(tr: Trace):
     ret = max((r for r in tr.returns if r.disabled is not None and r.lineno < late.lineno),
               key=lambda r: r.lineno)
     return ret.disabled, ret, late
+
+
+def first_early_return(tr: Trace):
+    """The first call that posted an interrupt disable and returned before the
+    write reached the card (what the posting lab's test asks the card), or None."""
+    return next((r for r in sorted(tr.returns, key=lambda r: r.lineno)
+                 if r.disabled is not None
+                 and (r.disabled.arrive is None or r.disabled.arrive > r.ts)), None)
 
 
 def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
@@ -422,6 +430,15 @@ def describe_late(d: Write, ret: Return, q: Irq) -> str:
             f"{_us(q.ts - ret.ts)} after that return, {when}: a late interrupt")
 
 
+def describe_early_return(d: Write, ret: Return) -> str:
+    return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
+            f"{ret.call} returned {_us(ret.ts - d.post)} later, "
+            + (f"{_us(d.arrive - ret.ts)} before the write reached the card"
+               if d.arrive is not None else "before the write reached the card (not by the "
+               "end of the trace)")
+            + ": the card's interrupt was still on when the call returned")
+
+
 def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
     span = next(sp for sp in tr.spans if sp.kind == barrier and sp.cpu == a.cpu
                 and a.post <= sp.end <= b.post)
@@ -441,18 +458,20 @@ def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
 
 @dataclass
 class Finding:
-    kind: str               # stale-doorbell | late-interrupt | mmiowb | read | disable | crossing
+    kind: str               # stale-doorbell | late-interrupt | early-return | mmiowb | read
+    #                         | disable | crossing
     text: str               # one sentence: what the excerpt shows
     lines: list             # the excerpt's line numbers in the trace (1-based)
 
     @property
     def failure(self) -> bool:
-        return self.kind in ("stale-doorbell", "late-interrupt")
+        return self.kind in ("stale-doorbell", "late-interrupt", "early-return")
 
 
 def find(tr: Trace) -> Finding | None:
     """What to show of a run: its first stale doorbell, else its first late
-    interrupt, else a moment of the driver at work (a lock hand-over with its
+    interrupt, else its first interrupt disable whose call returned before the
+    write reached the card (the posting lab's failure), else a moment of the driver at work (a lock hand-over with its
     barrier, the last interrupt disable, the last doorbells from two CPUs)."""
     pair = first_reordering(tr)
     if pair:
@@ -463,6 +482,12 @@ def find(tr: Trace) -> Finding | None:
         d, ret, q = late
         return Finding("late-interrupt", describe_late(d, ret, q),
                        excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno))
+    ret = first_early_return(tr)
+    if ret:
+        d = ret.disabled
+        return Finding("early-return", describe_early_return(d, ret),
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0,
+                                     upto=ret.lineno))
     for barrier in ("mmiowb", "read"):
         pair = first_handoff(tr, barrier)
         if pair:
@@ -840,7 +865,8 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     label_slots = []
     # The interrupt disables whose call returned (and those a late interrupt followed).
     disables = {r.disabled.seq for r in rets}
-    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)}
+    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)
+                or r.disabled.arrive is None or r.disabled.arrive > r.ts}
     for w in writes:
         is_db = w.off == doorbell
         is_off = w.seq in disables
