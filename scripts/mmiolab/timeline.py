@@ -471,8 +471,9 @@ class Finding:
 def find(tr: Trace) -> Finding | None:
     """What to show of a run: its first stale doorbell, else its first late
     interrupt, else its first interrupt disable whose call returned before the
-    write reached the card (the posting lab's failure), else a moment of the driver at work (a lock hand-over with its
-    barrier, the last interrupt disable, the last doorbells from two CPUs)."""
+    write reached the card (the posting lab's failure), else a moment of the
+    driver at work (a lock hand-over with its barrier, the last interrupt
+    disable, the last doorbells from two CPUs)."""
     pair = first_reordering(tr)
     if pair:
         return Finding("stale-doorbell", describe_reordering(*pair),
