@@ -600,7 +600,8 @@ def corpus() -> list[Case]:
              zip_of([("student/ringdrv.c", solution()), ("../../../../tmp/mmiolab-pwned", "x"),
                      ("/etc/cron.d/mmiolab-pwned", "x"), ("student/Makefile", "all:\n\trm -rf /\n"),
                      ("__MACOSX/student/._ringdrv.c", "junk")]),
-             all_of(scores(race=40, cost=10), says("path-traversal", "absolute-path")), vm=True),
+             all_of(scores(race=labspec.load_lab("doorbell").test("race").points, cost=10),
+                    says("path-traversal", "absolute-path")), vm=True),
     ]
     return C
 

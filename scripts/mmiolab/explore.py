@@ -198,8 +198,8 @@ The fabric and the card: /sys/kernel/debug/mmiosim/
 Tracing
   record COMMAND                   trace one run of COMMAND, then draw it on the host;
                                    RECORD_KB=4096 record ... keeps more of a long run
-  By hand: echo 1 > /sys/kernel/tracing/events/mmiosim/enable, run something,
-  echo 0 > /sys/kernel/tracing/events/mmiosim/enable, cat /sys/kernel/tracing/trace
+  By hand (the events are enabled, tracing is off): echo 1 > /sys/kernel/tracing/tracing_on,
+  run something, echo 0 > /sys/kernel/tracing/tracing_on, cat /sys/kernel/tracing/trace
   (echo mono > /sys/kernel/tracing/trace_clock first puts the lines on the fabric's clock).
 
 Leaving, and the picture
@@ -313,7 +313,7 @@ def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0
             + "\n  ".join(built.warnings))
     for note in built.notes:
         say(f"mmiolab: note: {note}")
-    cfg = vm.VMConfig(append=words)
+    cfg = vm.VMConfig(append=vm.RECORD_APPEND + words)
     if smp:
         cfg.smp = smp
     if accel:

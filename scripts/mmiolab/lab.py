@@ -226,7 +226,7 @@ def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 100
     append = list(append or [])
     seed_list = " ".join(str(int(s)) for s in seeds)
     command = f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh"
-    cfg = vm.VMConfig(append=append, timeout=timeout, console_cap=console_cap,
+    cfg = vm.VMConfig(append=vm.RECORD_APPEND + append, timeout=timeout, console_cap=console_cap,
                       done_marker=f"{nonce} {END_LINE}")
     if smp:
         cfg.smp = smp

@@ -150,7 +150,7 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
                    f"echo \"{batch} {END_LINE}\" > /dev/ttyS1")
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
-        cfg = vm.VMConfig(append=fabric_append(spec) + list(append or []),
+        cfg = vm.VMConfig(append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
                           timeout=timeout * len(names) + 60,
                           done_marker=f"{batch} {END_LINE}")
         res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)

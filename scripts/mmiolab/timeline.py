@@ -306,7 +306,7 @@ def _mark_late(tr: Trace) -> None:
     STOP returned.)
     """
     irq = tr.card_irq
-    if irq is None or not tr.irqs or not tr.returns:
+    if not tr.returns:
         return
     enables = sorted((w for w in tr.writes.values() if w.off == INT_ENABLE and w.lines),
                      key=lambda w: min(w.lines))
@@ -320,7 +320,7 @@ def _mark_late(tr: Trace) -> None:
         ret.disabled = d
         until = min(enables[i + 1].lines) if i + 1 < len(enables) else float("inf")
         for q in tr.irqs:
-            if q.irq == irq and ret.lineno < q.lineno < until:
+            if irq is not None and q.irq == irq and ret.lineno < q.lineno < until:
                 q.late = True
 
 
@@ -353,6 +353,14 @@ def first_late_interrupt(tr: Trace):
     ret = max((r for r in tr.returns if r.disabled is not None and r.lineno < late.lineno),
               key=lambda r: r.lineno)
     return ret.disabled, ret, late
+
+
+def first_early_return(tr: Trace):
+    """The first call that posted an interrupt disable and returned before the
+    write reached the card (what the posting lab's test asks the card), or None."""
+    return next((r for r in sorted(tr.returns, key=lambda r: r.lineno)
+                 if r.disabled is not None
+                 and (r.disabled.arrive is None or r.disabled.arrive > r.ts)), None)
 
 
 def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
@@ -422,6 +430,15 @@ def describe_late(d: Write, ret: Return, q: Irq) -> str:
             f"{_us(q.ts - ret.ts)} after that return, {when}: a late interrupt")
 
 
+def describe_early_return(d: Write, ret: Return) -> str:
+    return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
+            f"{ret.call} returned {_us(ret.ts - d.post)} later, "
+            + (f"{_us(d.arrive - ret.ts)} before the write reached the card"
+               if d.arrive is not None else "before the write reached the card (not by the "
+               "end of the trace)")
+            + ": the card's interrupt was still on when the call returned")
+
+
 def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
     span = next(sp for sp in tr.spans if sp.kind == barrier and sp.cpu == a.cpu
                 and a.post <= sp.end <= b.post)
@@ -441,19 +458,22 @@ def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
 
 @dataclass
 class Finding:
-    kind: str               # stale-doorbell | late-interrupt | mmiowb | read | disable | crossing
+    kind: str               # stale-doorbell | late-interrupt | early-return | mmiowb | read
+    #                         | disable | crossing
     text: str               # one sentence: what the excerpt shows
     lines: list             # the excerpt's line numbers in the trace (1-based)
 
     @property
     def failure(self) -> bool:
-        return self.kind in ("stale-doorbell", "late-interrupt")
+        return self.kind in ("stale-doorbell", "late-interrupt", "early-return")
 
 
 def find(tr: Trace) -> Finding | None:
     """What to show of a run: its first stale doorbell, else its first late
-    interrupt, else a moment of the driver at work (a lock hand-over with its
-    barrier, the last interrupt disable, the last doorbells from two CPUs)."""
+    interrupt, else its first interrupt disable whose call returned before the
+    write reached the card (the posting lab's failure), else a moment of the
+    driver at work (a lock hand-over with its barrier, the last interrupt
+    disable, the last doorbells from two CPUs)."""
     pair = first_reordering(tr)
     if pair:
         return Finding("stale-doorbell", describe_reordering(*pair),
@@ -463,6 +483,12 @@ def find(tr: Trace) -> Finding | None:
         d, ret, q = late
         return Finding("late-interrupt", describe_late(d, ret, q),
                        excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno))
+    ret = first_early_return(tr)
+    if ret:
+        d = ret.disabled
+        return Finding("early-return", describe_early_return(d, ret),
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0,
+                                     upto=ret.lineno))
     for barrier in ("mmiowb", "read"):
         pair = first_handoff(tr, barrier)
         if pair:
@@ -521,8 +547,28 @@ def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300
         end = grown
     lines = [ev.lineno for ev in tr.events if start <= ev.lineno <= end]
     if len(lines) > max_lines:
+        # A long-stalled write spans many others: keep these writes whole,
+        # and of the rest the events (whole writes) nearest their last line.
+        lines = _thinned(tr, list(pair) + list(earlier), max(end, upto), lines, max_lines)
+    if len(lines) > max_lines:
         raise TraceError(f"the excerpt would have {len(lines)} events (more than {max_lines})")
     return lines
+
+
+def _thinned(tr: Trace, keep, centre: int, lines: list, max_lines: int) -> list:
+    """At most max_lines of lines: all those of the writes in keep, then, nearest
+    centre first, other events, a write only with all its lines."""
+    window = set(lines)
+    owner = {ln: w for w in tr.writes.values() for ln in w.lines}
+    chosen = {ln for w in keep for ln in w.lines}
+    for ln in sorted(window - chosen, key=lambda n: abs(n - centre)):
+        if len(chosen) >= max_lines:
+            break
+        w = owner.get(ln)
+        group = set(w.lines) if w else {ln}
+        if group <= window and len(chosen | group) <= max_lines:
+            chosen |= group
+    return sorted(chosen)
 
 
 # --- the whole job: a recorded trace in, a picture and an excerpt out --------
@@ -585,6 +631,10 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     head["summary"] = summary
     keep = finding.lines
     head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
+    left_out = sum(keep[0] <= ev.lineno <= keep[-1] for ev in tr.events) - len(keep)
+    if left_out:
+        head["excerpt"] += (f"; {left_out} events in between left out (the writes farthest "
+                            "from what it shows)")
     columns = [ln for ln in lines[:2500] if ln.startswith("#") and "TASK-PID" in ln]
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
@@ -816,7 +866,8 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     label_slots = []
     # The interrupt disables whose call returned (and those a late interrupt followed).
     disables = {r.disabled.seq for r in rets}
-    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)}
+    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)
+                or r.disabled.arrive is None or r.disabled.arrive > r.ts}
     for w in writes:
         is_db = w.off == doorbell
         is_off = w.seq in disables
