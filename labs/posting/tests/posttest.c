@@ -253,6 +253,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	irq_cpu = irq_elsewhere(cpu);
+	if (irq_cpu < 0 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
+		/* Kept on STOP's CPU, its handler would always run nested in STOP. */
+		out("not ok %d %s # the card's interrupt cannot be sent to another CPU (/proc/irq/N/smp_affinity_list: %s); a driver must not pin it (IRQF_NOBALANCING)",
+		    number, name, strerror(errno));
+		return 1;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	x = seed;
 	for (i = 0; i < cycles; i++) {
