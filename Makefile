@@ -48,12 +48,13 @@ vm: kernel initramfs
 bench: kernel initramfs
 	@$(KIT) bench
 
-## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n);
-##                  the table goes to build/labstats.txt too
+## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n,
+##                  ONLY='fixture:*' for some rows); the table goes to build/labstats.txt too
 LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
 labstats: full-kit kernel initramfs
 	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
-		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) || exit 1; \
+		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) \
+			$(foreach p,$(ONLY),--only '$(p)') || exit 1; \
 	done | tee $(BUILD)/labstats.txt
 
 ## make bisect     build every prefix of the patch series (slow; not part of check)

@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import subprocess
+import threading
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT
@@ -116,16 +117,18 @@ def _write_member(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes,
 
 def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
     """Compile one guest program as a static binary (guest programs are C).
-    The binary appears whole or not at all: two test runs at once may both
-    compile it while the other reads it into an initramfs."""
-    tmp = f"{out}.{os.getpid()}.tmp"
+    Built beside out and renamed over it: two graders packing it at once
+    (scripts/grade -j2 after an edit) never see a half-written binary."""
+    tmp = f"{out}.tmp{os.getpid()}.{threading.get_ident()}"
     cmd = ["gcc", "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o", tmp, src]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode:
+            raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")
+        os.replace(tmp, out)
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise InitramfsError(f"compiling {os.path.relpath(src, ROOT)} failed:\n{res.stderr}")
-    os.replace(tmp, out)
 
 
 def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,

@@ -41,7 +41,7 @@ if unload; then
 	say "# load_unload: insmod ringdrv.ko: ok; rmmod ringdrv: ok"
 	say "ok 1 load_unload"
 else
-	say "# load_unload: rmmod ringdrv failed: $(cat /tmp/rmmod.err)"
+	say "# load_unload: rmmod ringdrv failed: $(cat /tmp/rmmod.err) (module refcnt $(cat /sys/module/ringdrv/refcnt 2>&1))"
 	say "not ok 1 load_unload"
 fi
 

@@ -42,7 +42,7 @@ if unload; then
 	say "# load_unload: insmod postdrv.ko: ok; rmmod postdrv: ok"
 	say "ok 1 load_unload"
 else
-	say "# load_unload: rmmod postdrv failed: $(cat /tmp/rmmod.err)"
+	say "# load_unload: rmmod postdrv failed: $(cat /tmp/rmmod.err) (module refcnt $(cat /sys/module/postdrv/refcnt 2>&1))"
 	say "not ok 1 load_unload"
 fi
 
