@@ -48,11 +48,12 @@ class CommandError(Exception):
 
 def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
                env: dict[str, str] | None = None, count_prefix: str | None = None,
-               tail: int = 40) -> None:
+               count_about: int = 0, tail: int = 40) -> None:
     """Run cmd with its output in log, printing a one-line progress every few seconds.
 
     count_prefix: lines of output starting with it are counted and shown
-    (e.g. '  CC' for a kernel build), so the user sees it advance.
+    (e.g. '  CC' for a kernel build), so the user sees it advance;
+    count_about, if known, is roughly how many there will be.
     """
     os.makedirs(os.path.dirname(log), exist_ok=True)
     t0 = time.monotonic()
@@ -68,7 +69,8 @@ def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
                 last = el
                 msg = f"mmiolab: {label}: {int(el) // 60}m{int(el) % 60:02d}s"
                 if count_prefix:
-                    msg += f", {count} files compiled"
+                    msg += f", {count}" + (f" of about {count_about}" if count_about else "")
+                    msg += " files compiled"
                 print(("\r" + msg + "   ") if tty else msg, end="" if tty else "\n", flush=True)
 
     th = threading.Thread(target=ticker, daemon=True)
