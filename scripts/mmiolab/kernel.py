@@ -157,7 +157,10 @@ def make_cmd(*targets: str, jobs: int | None = None) -> list[str]:
 
 
 def build_env() -> dict[str, str]:
-    return {**os.environ, **BUILD_ENV}
+    # Not the flags of a make that runs the kit (make -s demo): Kbuild would
+    # go silent and the progress line count no files.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return {**env, **BUILD_ENV}
 
 
 def configure() -> None:
