@@ -28,7 +28,7 @@ import zipfile
 
 from mmiolab import BUILD, ROOT, kernel, labspec, sandbox
 from mmiolab.grade import GradeOptions, entries_for, grade_batch
-from mmiolab.lab import KERNEL_TREE, confinement, scratch_root
+from mmiolab.lab import confinement, kernel_tree, scratch_root
 from vmtest import report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
@@ -89,6 +89,29 @@ def tree_state(root: str, skip: tuple[str, ...] = ()) -> dict:
     return out
 
 
+class KernelTreeTest(unittest.TestCase):
+    def test_resolved_when_the_build_runs(self):
+        """A cold `make demo` imports the grader before the kernel is built:
+        the tree a build may read is resolved then, not at import (every
+        build of a cold demo failed in bubblewrap once)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            code = (
+                "import os\n"
+                "from mmiolab import kernel, lab\n"
+                "os.makedirs(kernel.SRC)\n"
+                "os.makedirs(kernel.OBJ)\n"
+                "os.symlink(kernel.SRC, os.path.join(kernel.OBJ, 'source'))\n"
+                "import json; print(json.dumps(lab.kernel_tree()))\n")
+            env = {**os.environ, "MMIOLAB_BUILD": os.path.join(tmp, "build")}
+            env.pop("MMIOLAB_DEBUG", None)
+            res = subprocess.run(["/usr/bin/python3", "-c", code], env=env, text=True,
+                                 capture_output=True, cwd=os.path.join(ROOT, "scripts"))
+            self.assertEqual(res.returncode, 0, res.stderr)
+            tree = json.loads(res.stdout)
+            kdir = os.path.realpath(os.path.join(tmp, "build", "kernel"))
+            self.assertEqual(tree, [os.path.join(kdir, "obj"), os.path.join(kdir, "src")])
+
+
 class SandboxTest(unittest.TestCase):
     """What a confined step sees: the toolchain and the kernel tree, read-only; one
     writable folder; no network, no host files, no kit; an unprivileged uid."""
@@ -110,7 +133,7 @@ class SandboxTest(unittest.TestCase):
         shutil.rmtree(cls.box, ignore_errors=True)
 
     def run_in(self, script, limits=sandbox.Limits(timeout=30)):
-        return sandbox.run(["/bin/sh", "-c", script], self.rw, KERNEL_TREE,
+        return sandbox.run(["/bin/sh", "-c", script], self.rw, kernel_tree(),
                            os.path.join(self.box, "log"), limits)
 
     def test_view(self):

@@ -75,12 +75,20 @@ class Run:
 
 BUILD_LIMITS = sandbox.Limits(timeout=120, cpu_seconds=120, memory=1 << 30, processes=64,
                               file_bytes=64 << 20, output_cap=1 << 20)
-# What a module build may read besides the toolchain: the kernel build tree and
-# its source, by their real paths (the build tree names its source by the path
-# it was configured with, and the sandbox shows only what it binds).
-KOBJ = os.path.realpath(kernel.OBJ)
-KERNEL_TREE = sorted({KOBJ, os.path.realpath(kernel.SRC),
-                      os.path.realpath(os.path.join(kernel.OBJ, "source"))})
+
+
+def kernel_tree() -> list[str]:
+    """What a module build may read besides the toolchain: the kernel build tree
+    and its source, by their real paths (the build tree names its source by the
+    path it was configured with, and the sandbox shows only what it binds).
+    Resolved at each build, not at import: a cold `make demo` imports this
+    before the kernel exists, when obj/source (a link to the source) is not
+    there yet; bound by its own name, bubblewrap cannot mount over the link
+    and every build failed."""
+    return sorted({os.path.realpath(kernel.OBJ), os.path.realpath(kernel.SRC),
+                   os.path.realpath(os.path.join(kernel.OBJ, "source"))})
+
+
 # The kernel's Kbuild makes no other environment matter (and gets none).
 BUILD_ENV = {k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUILD_")}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -96,7 +104,7 @@ def scratch_root() -> str:
 
 def confinement() -> tuple[bool, str]:
     """Whether module builds can be confined here; (ok, why not)."""
-    return sandbox.probe(KERNEL_TREE, scratch_root())
+    return sandbox.probe(kernel_tree(), scratch_root())
 
 
 def build_text(text: str, folder: str = "") -> str:
@@ -136,8 +144,8 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
         sandbox.prepare(src)
         where = sandbox.INSIDE if confined else src
         limits = dataclasses.replace(BUILD_LIMITS, timeout=timeout, cpu_seconds=int(timeout))
-        res = sandbox.run(["make", "-C", KOBJ, f"M={where}", "W=1", "modules"], src,
-                          KERNEL_TREE, os.path.join(box, "build.log"), limits, env=BUILD_ENV,
+        res = sandbox.run(["make", "-C", os.path.realpath(kernel.OBJ), f"M={where}", "W=1",
+                           "modules"], src, kernel_tree(), os.path.join(box, "build.log"), limits, env=BUILD_ENV,
                           confined=confined, hide=_hidden())
         log = build_text(res.output, src)
         with open(os.path.join(workdir, "build.log"), "w") as f:
