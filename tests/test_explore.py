@@ -429,6 +429,9 @@ class ExploreVMTest(unittest.TestCase):
         FABRIC words boots with them (the banner's fabric line says so), and
         the banner says which one the fabric did not take."""
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            # As root the confined build runs as nobody, who must reach the
+            # handout's prebuilt kernel (a student's own folder is theirs).
+            os.chmod(tmp, 0o755)
             site = os.path.join(tmp, "site")
             os.makedirs(site)
             tarball = handout.pack(load_lab("doorbell"), site, tmp)
