@@ -360,6 +360,14 @@ class ExploreVMTest(unittest.TestCase):
         html = os.path.join(kit, m.group(1))
         with open(html, encoding="utf-8") as f:
             page = f.read()
+        # Each write's post, drain and arrival are in order in the whole
+        # recording (a flush at its end once left a drain time after the
+        # arrival, and the picture was dropped).
+        with open(html.removesuffix(".html") + ".txt", encoding="utf-8") as f:
+            tr = timeline.parse(f.read())
+        bad = [(w.seq, w.post, w.drain, w.arrive) for w in tr.writes.values()
+               if w.complete and not w.post <= w.drain <= w.arrive]
+        self.assertEqual(bad, [], "writes out of order (seq, post, drain, arrival in ns)")
         self.assertIn('<svg xmlns="http://www.w3.org/2000/svg" class="mmiosim-timeline"', page)
         return page
 
