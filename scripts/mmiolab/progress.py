@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -92,3 +93,34 @@ def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
         with open(log, errors="replace") as lf:
             lines = lf.readlines()[-tail:]
         raise CommandError(f"{label} failed (exit {rc}); last lines of {log}:\n" + "".join(lines))
+
+
+# The progress lines of scripts/demo and the kit (progress.step) that make a phase.
+DEMO_PHASES = [
+    ("unpack", r"kernel: unpack and patch"),
+    ("configure", r"kernel: configure"),
+    ("build", r"kernel: build \("),
+    ("initramfs", r"initramfs"),
+    ("first boot", r"boot the lab VM and run a command in it"),
+    ("first grade", r"grade the doorbell lab's starter driver"),
+    ("second grade", r"grade the reference solution"),
+    ("docs", r"build the docs"),
+    ("debug unpack", r"debug kernel: unpack and patch"),
+    ("debug configure", r"debug kernel: configure"),
+    ("debug build", r"debug kernel: build \("),
+]
+DONE_LINE = re.compile(r"^mmiolab: (.*) done in ([\d.]+)s$")
+
+
+def phases(lines: list[str]) -> dict[str, float]:
+    """Seconds per phase of a make demo (or make check) run, from its output lines."""
+    out = {}
+    for line in lines:
+        m = DONE_LINE.match(line.strip())
+        if not m:
+            continue
+        for name, rx in DEMO_PHASES:
+            if re.match(rx, m.group(1)):
+                out[name] = out.get(name, 0.0) + float(m.group(2))
+                break
+    return out
