@@ -289,7 +289,7 @@ static int postdrv_probe(struct platform_device *pdev)
 	return 0;
 }
 
-static int postdrv_remove(struct platform_device *pdev)
+static void postdrv_remove(struct platform_device *pdev)
 {
 	struct postdrv *pd = platform_get_drvdata(pdev);
 	struct postdrv_report rep;
@@ -300,7 +300,6 @@ static int postdrv_remove(struct platform_device *pdev)
 	writel(MMIOSIM_RING_CTRL_RESET, pd->regs + MMIOSIM_RING_CTRL);
 	/* The card must stop using our rings before devres frees them. */
 	readl(pd->regs + MMIOSIM_RING_CTRL);
-	return 0;
 }
 
 static struct platform_driver postdrv_driver = {

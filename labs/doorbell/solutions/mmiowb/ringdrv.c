@@ -283,7 +283,7 @@ static int ringdrv_probe(struct platform_device *pdev)
 	return 0;
 }
 
-static int ringdrv_remove(struct platform_device *pdev)
+static void ringdrv_remove(struct platform_device *pdev)
 {
 	struct ringdrv *rd = platform_get_drvdata(pdev);
 
@@ -292,7 +292,6 @@ static int ringdrv_remove(struct platform_device *pdev)
 	writel(MMIOSIM_RING_CTRL_RESET, rd->regs + MMIOSIM_RING_CTRL);
 	/* The card must stop using our rings before devres frees them. */
 	readl(rd->regs + MMIOSIM_RING_CTRL);
-	return 0;
 }
 
 static struct platform_driver ringdrv_driver = {
