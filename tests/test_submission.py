@@ -489,7 +489,7 @@ class LabSpecTest(unittest.TestCase):
                   "_raw_spin_lock_irqsave", "_raw_spin_unlock_irqrestore", "ioremap",
                   "dma_alloc_attrs", "request_threaded_irq", "misc_register",
                   "__platform_driver_register", "wait_for_completion_timeout", "kfree",
-                  "__kmalloc", "__x86_indirect_thunk_rax"):
+                  "__kmalloc_noprof", "__x86_indirect_thunk_rax"):
             self.assertTrue(spec.symbol_allowed(s), s)
         # what the lab kernel's inline accessors and mmiowb() make every driver import
         for s in ("mmiosim_active", "mmiosim_va_start", "mmiosim_va_size",
