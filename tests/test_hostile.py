@@ -435,6 +435,14 @@ def says(*words):
     return check
 
 
+def says_one_of(*words):
+    """A check for a bomb that trips whichever limit comes first (the
+    compiler's memory on 6.12, the build's time on 6.1): the summary says which."""
+    def check(t, doc, summary, out_dir):
+        t.assertTrue(any(w in summary for w in words), summary)
+    return check
+
+
 def console_says(*words):
     def check(t, doc, summary, out_dir):
         with open(os.path.join(out_dir, "console.log"), errors="replace") as f:
@@ -518,7 +526,7 @@ def corpus() -> list[Case]:
         # -- build: bombs
         Case("#include __FILE__ twice per level (2^200 inclusions)", "build-failed",
              c_file("#if __INCLUDE_LEVEL__ < 190\n#include __FILE__\n#include __FILE__\n#endif\n"),
-             says("did not finish")),
+             says_one_of("did not finish", "ran out of memory")),
         Case("macro expansion bomb (2^40 tokens)", "build-failed", c_file(expansion_bomb())),
         Case("a 1 GiB initialized array (object file over the size limit)", "build-failed",
              c_file(probe_adds("\tpr_info(\"%d\", big[irq]);\n",

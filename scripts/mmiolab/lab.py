@@ -40,7 +40,7 @@ class BuildFailed(Exception):
 
     def __init__(self, message: str, reason: str = "failed"):
         super().__init__(message)
-        self.reason = reason          # failed | timeout | flood | objdump
+        self.reason = reason          # failed | timeout | memory | flood | objdump
 
 
 @dataclass
@@ -157,6 +157,9 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
                               f"the first lines:\n" + "\n".join(log.splitlines()[:30]), "flood")
         ko = os.path.join(workdir, f"{lab.module}.ko")
         if res.status != "ok" or not _copy_regular(os.path.join(src, f"{lab.module}.ko"), ko):
+            if "virtual memory exhausted" in log or "out of memory" in log.lower():
+                raise BuildFailed(f"the build ran out of memory (each compiler process may "
+                                  f"use {limits.memory >> 20} MiB)", "memory")
             errors = [line for line in log.splitlines() if "error" in line.lower()]
             raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
         warnings = [line for line in log.splitlines() if "warning:" in line]
