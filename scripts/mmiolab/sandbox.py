@@ -154,6 +154,12 @@ def probe(readonly: list[str], scratch: str) -> tuple[bool, str]:
             why = "" if ok else (res.stderr.strip() or
                                  f"the sandbox cannot read {', '.join(readonly)} as uid "
                                  f"{SANDBOX_UID} (are its folders readable by others?)")
+            private = _private_folder(list(readonly) + [scratch])
+            if not ok and private:
+                why += (f"\n{private} is private (other users cannot enter it), and the "
+                        f"confined build runs as uid {SANDBOX_UID}: keep the kit in a folder "
+                        f"others can enter, e.g. /srv or /opt rather than /root, or "
+                        f"chmod o+x {private}")
         except (OSError, subprocess.TimeoutExpired) as e:
             ok, why = False, f"bubblewrap did not run: {e}"
         finally:
@@ -161,6 +167,20 @@ def probe(readonly: list[str], scratch: str) -> tuple[bool, str]:
         result = (ok, why)
     _probe_cache[key] = result
     return result
+
+
+def _private_folder(paths: list[str]) -> str:
+    """The first folder on the way to one of paths that others cannot enter, or ''."""
+    for path in paths:
+        parts = os.path.realpath(path).split(os.sep)
+        for n in range(2, len(parts)):
+            folder = os.sep.join(parts[:n])
+            try:
+                if not os.stat(folder).st_mode & 0o001:
+                    return folder
+            except OSError:
+                return folder
+    return ""
 
 
 def _user_kw() -> dict:
