@@ -136,6 +136,17 @@ class SandboxTest(unittest.TestCase):
         return sandbox.run(["/bin/sh", "-c", script], self.rw, kernel_tree(),
                            os.path.join(self.box, "log"), limits)
 
+    def test_a_private_folder_is_named(self):
+        """A kit under a folder others cannot enter (a clone in /root): the probe
+        fails and names that folder, instead of bubblewrap's bare Permission denied."""
+        private = os.path.join(self.box, "private")
+        tree = os.path.join(private, "tree")
+        os.makedirs(tree)
+        os.chmod(private, 0o700)
+        ok, why = sandbox.probe([tree], os.path.join(self.box, "scratch"))
+        self.assertFalse(ok)
+        self.assertIn(f"{private} is private", why)
+
     def test_view(self):
         probes = {
             "uid": "id -u",
