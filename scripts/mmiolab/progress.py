@@ -124,3 +124,21 @@ def phases(lines: list[str]) -> dict[str, float]:
                 out[name] = out.get(name, 0.0) + float(m.group(2))
                 break
     return out
+
+
+def timed(cmd: list[str], cwd: str | None, env: dict | None, log: str) -> tuple[int, float, list[str]]:
+    """Run cmd, show and log its output; (exit status, seconds, lines)."""
+    t0 = time.monotonic()
+    lines = []
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                errors="replace")
+        assert proc.stdout
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lf.write(line)
+            lines.append(line.rstrip("\n"))
+        rc = proc.wait()
+    return rc, time.monotonic() - t0, lines
