@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import html
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -27,12 +25,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, kernel, ktap, objcheck, report, submission, timeline
+from . import BUILD, ROOT, guestout, kernel, ktap, objcheck, report, submission
 from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, run_tests,
                   scratch_root)
 from .labspec import LabSpec
-
-HARNESS_INFO = re.compile(r"# mmiolab harness: (.*)")
 
 
 @dataclass
@@ -214,13 +210,18 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                     append=fabric_append(spec) + list(opts.append),
                     timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap)
     res = run.result
-    parsed = ktap.parse(res.channel, nonce=run.nonce)
-    events = ktap.scan_console(res.console)
+    # Every parser of guest output runs in a bounded child (guestout.py).
+    seen = guestout.read_bounded(res.channel, res.console, run.nonce, out_dir,
+                                 f"{sub_id}: the first failing run")
+    parsed, events = seen.parsed, seen.events
     console = res.console           # the log the clean_log verdict quotes
-    clean = res.status == "exited" and not events
+    clean = res.status == "exited" and not events and not seen.problem
     why = res.describe() if res.status != "exited" else ""
     if events:
         why = "; ".join(sorted({e.kind for e in events})) + " in the console log"
+    if seen.problem:
+        why = seen.problem
+        notes.append(seen.problem)
     hidden = None
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
@@ -229,10 +230,11 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                          append=fabric_append(spec, hidden=True) + list(opts.append),
                          timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap,
                          harness=spec.hidden_harness, smp=spec.hidden_smp)
-        hidden = ktap.parse(hrun.result.channel, nonce=hrun.nonce)
+        hseen = guestout.read_bounded(hrun.result.channel, hrun.result.console, hrun.nonce)
+        hidden = hseen.parsed
         if hrun.result.status != "exited":
             notes.append("hidden tests: " + hrun.result.describe())
-        hevents = ktap.scan_console(hrun.result.console)
+        hevents = hseen.events
         if hevents and clean:
             clean, events, console = False, hevents, hrun.result.console
             why = ("; ".join(sorted({e.kind for e in hevents}))
@@ -242,7 +244,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = report.outcomes(spec, parsed, host, hidden)
-    picture = race_picture(res.channel, out_dir, f"{sub_id}: the first failing run")
+    picture = seen.picture
     if picture:
         failing = next((t for g in spec.per_seed_tests if g.source == "ktap"
                         for t in tests if t.name == g.name and t.status != "passed"), None)
@@ -250,8 +252,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
             failing.output += ("\n\n" + picture.text + "\nA picture of that run: race.html "
                                "(and race.svg) beside this report.")
             failing.html = picture.html
-    trusted, _, _ = ktap.trusted_lines(res.channel, run.nonce)
-    info = next((m.group(1) for line in trusted if (m := HARNESS_INFO.search(line))), "")
+    info = seen.info
     if res.status != "exited":
         notes.append(res.describe())
     return report.GradeResult(
@@ -260,31 +261,6 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         console_log=os.path.relpath(res.log, out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags)
-
-
-@dataclass
-class Picture:
-    text: str                   # what the trace shows, in words, and the excerpt
-    html: str                   # the picture, an inline SVG, for Gradescope
-
-
-def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
-    """The timeline of the first failing run the harness sent (vm/record,
-    RECORD_SEND=fail): race.svg and race.html in out_dir, and what it shows.
-    The trace comes from the guest, like the student's module: it draws a
-    picture and never decides a verdict."""
-    recs = [r for r in timeline.recordings_in(channel) if r.text]
-    if not recs:
-        return None
-    d = timeline.draw(recs[0].text, title=title)
-    if not d.svg:
-        return None
-    report.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
-    report.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
-    shows = d.finding.text if d.finding else d.summary
-    excerpt = "\n".join(d.excerpt.splitlines()[:40])
-    return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",
-                   f"<p>{html.escape(shows)}</p>{d.svg}")
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,

@@ -37,15 +37,12 @@ import bz2
 import errno
 import gzip
 import hashlib
-import json
 import lzma
 import os
 import re
 import shutil
 import stat
 import struct
-import subprocess
-import sys
 import tarfile
 import tempfile
 import unicodedata
@@ -890,32 +887,25 @@ def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
 
 INTAKE_TIMEOUT = 60.0
 INTAKE_MEMORY = 1 << 30
-_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None,
                    limits: IntakeLimits = DEFAULT_LIMITS, timeout: float = INTAKE_TIMEOUT,
                    memory: int = INTAKE_MEMORY) -> Intake:
-    """intake() in a child process that may use `timeout` seconds and `memory` bytes:
-    the caps above bound what an archive may expand to, this bounds what reading it
-    may cost (a decompressor or a parser that a crafted file sends astray)."""
+    """intake() in a child process that may use `timeout` seconds and `memory` bytes
+    (bounded.call): the caps above bound what an archive may expand to, this bounds
+    what reading it may cost (a decompressor or a parser that a crafted file sends
+    astray)."""
+    from . import bounded
     scratch = _prepare_scratch(scratch)
-    request = json.dumps({"allowed": list(allowed), "limits": asdict(limits)})
-    cmd = ["/usr/bin/prlimit", f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
-           sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-           "from mmiolab.submission import _intake_child; _intake_child()",
-           _SCRIPTS, os.fsencode(path), scratch, request]
-    why = ""
+    # A path is bytes to the OS: undecodable ones travel as surrogate escapes.
+    request = {"path": os.fsdecode(os.fsencode(path)), "scratch": scratch,
+               "allowed": list(allowed), "limits": asdict(limits)}
     try:
-        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-        if res.returncode == 0:
-            return Intake.from_dict(json.loads(res.stdout))
-        why = (f"reading it failed ({res.stderr.decode(errors='replace').strip().splitlines()[-1]})"
-               if res.stderr.strip() else f"reading it was stopped (status {res.returncode})")
-    except subprocess.TimeoutExpired:
-        why = f"reading it took more than {timeout:.0f}s"
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        why = f"reading it failed ({e})"
+        return Intake.from_dict(bounded.call("submission:_intake_child", request, timeout,
+                                             memory))
+    except (bounded.Stopped, KeyError, TypeError) as e:
+        why = str(e) if isinstance(e, bounded.Stopped) else f"reading it failed ({e})"
     for name in os.listdir(scratch):                 # a child stopped half way
         full = os.path.join(scratch, name)
         shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
@@ -924,11 +914,10 @@ def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None
                           f"and {memory >> 20} MiB (a crafted archive?)")
 
 
-def _intake_child() -> None:
-    """Entry point of the bounded intake's child: argv scripts, path, scratch, request."""
-    path, scratch, req = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    r = intake(path, req["allowed"], scratch, IntakeLimits(**req["limits"]))
-    sys.stdout.write(json.dumps(r.to_dict()))
+def _intake_child(req: dict[str, Any]) -> dict[str, Any]:
+    """The bounded intake's child (bounded.call): the request's path into its scratch."""
+    return intake(req["path"], req["allowed"], req["scratch"],
+                  IntakeLimits(**req["limits"])).to_dict()
 
 
 # ---------------------------------------------------------------------------- identity
