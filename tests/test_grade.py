@@ -417,3 +417,31 @@ class GradescopeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StaleScratchTest(unittest.TestCase):
+    """A grader killed with SIGKILL runs no `finally`: the next batch removes the
+    scratch folders (the student's source, its module) of graders that are gone,
+    and leaves a running grader's alone (issue 24)."""
+
+    def test_the_next_run_removes_a_killed_graders_scratch(self):
+        from mmiolab import lab
+        dead = subprocess.Popen(["/bin/true"])
+        dead.wait()
+        stale = os.path.join(lab.scratch_root(), f"grade-{dead.pid}-test")
+        mine = lab.new_scratch("grade")
+        other = os.path.join(lab.scratch_root(), "unowned-folder")
+        for d in (stale, other):
+            os.makedirs(os.path.join(d, "intake"), exist_ok=True)
+        with open(os.path.join(stale, "intake", "ringdrv.c"), "w") as f:
+            f.write("a student's code\n")
+        try:
+            self.assertTrue(os.path.basename(mine).startswith(f"grade-{os.getpid()}-"))
+            gone = lab.remove_stale_scratch()
+            self.assertIn(os.path.basename(stale), gone)
+            self.assertFalse(os.path.exists(stale))
+            self.assertTrue(os.path.isdir(mine))
+            self.assertTrue(os.path.isdir(other))
+        finally:
+            for d in (stale, mine, other):
+                shutil.rmtree(d, ignore_errors=True)

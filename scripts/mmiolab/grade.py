@@ -19,15 +19,14 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from . import BUILD, ROOT, guestout, kernel, ktap, objcheck, report, submission
-from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, run_tests,
-                  scratch_root)
+from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, new_scratch,
+                  remove_stale_scratch, run_tests)
 from .labspec import LabSpec
 
 
@@ -75,7 +74,8 @@ def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
     """Everything a result depends on; --resume re-grades when any of it differs."""
     return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
             "append": list(opts.append), "kit": kit_version(spec),
-            "submission": submission.fingerprint(path)}
+            "submission": submission.fingerprint(path, spec.files,
+                                                 submission.IntakeLimits.from_lab(spec.limits))}
 
 
 def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
@@ -147,7 +147,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="grade-", dir=scratch_root())
+    work = new_scratch("grade")
     try:
         key = key or grading_key(spec, opts, path)
         result = _grade(spec, path, sub_id, opts, out_dir, work)
@@ -271,6 +271,9 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     was graded with the same key (grading_key) and not ended by a grader error."""
     book = os.path.join(opts.out, "gradebook.csv")
     os.makedirs(opts.out, exist_ok=True)
+    stale = remove_stale_scratch()
+    if stale:
+        progress(f"removed {len(stale)} scratch folder(s) of a grader that was killed")
     todo, results, kept = [], [], []
     for sub_id, path in entries:
         key = grading_key(spec, opts, path)
