@@ -223,6 +223,10 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         why = seen.problem
         notes.append(seen.problem)
     hidden = None
+    # What the hidden tests' run printed reaches only the hidden tests' own
+    # outputs (their visibility), never clean_log, a note or the summary.
+    hidden_trouble: list[str] = []
+    hidden_unclean = False
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
         hrun = run_tests(lab, built.ko, opts.seeds, os.path.join(out_dir, "hidden"),
@@ -233,17 +237,28 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         hseen = guestout.read_bounded(hrun.result.channel, hrun.result.console, hrun.nonce)
         hidden = hseen.parsed
         if hrun.result.status != "exited":
-            notes.append("hidden tests: " + hrun.result.describe())
-        hevents = hseen.events
-        if hevents and clean:
-            clean, events, console = False, hevents, hrun.result.console
-            why = ("; ".join(sorted({e.kind for e in hevents}))
-                   + " in the console log of the hidden tests")
+            hidden_trouble.append("the hidden tests' run: " + hrun.result.describe())
+        if hseen.problem:
+            hidden_trouble.append(hseen.problem)
+        if hseen.events or hseen.problem:
+            hidden_unclean = True
+        if hseen.events:
+            hidden_trouble.append(
+                "; ".join(sorted({e.kind for e in hseen.events}))
+                + " in the console log of the hidden tests' run: a hidden test passes only "
+                  "with a clean console\n" + hseen.excerpt)
     host["clean_log"] = _host_outcome(
         spec, "clean_log", clean,
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = report.outcomes(spec, parsed, host, hidden)
+    if hidden_trouble:
+        for t in tests:
+            if spec.test(t.name).source != "hidden":
+                continue
+            t.output += "\n\n" + "\n".join(hidden_trouble)
+            if hidden_unclean and t.status == "passed":
+                t.status, t.score = "failed", 0.0
     picture = seen.picture
     if picture:
         failing = next((t for g in spec.per_seed_tests if g.source == "ktap"

@@ -443,7 +443,8 @@ def junit_xml(result: GradeResult) -> str:
         elif t.status == "skipped":
             ET.SubElement(case, "skipped", {"message": msg})
         ET.SubElement(case, "system-out").text = text
-    ET.SubElement(suite, "system-out").text = _cap(_clean_text(summary_text(result)), MAX_OUTPUT)
+    ET.SubElement(suite, "system-out").text = _cap(_clean_text(summary_text(result, False)),
+                                                   MAX_OUTPUT)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -468,12 +469,21 @@ def write_junit(result: GradeResult, path: str) -> None:
 
 # ---------------------------------------------------------------------------- summary
 
-def summary_text(result: GradeResult) -> str:
+def summary_text(result: GradeResult, student: bool = True) -> str:
     """What a student or instructor reads: the score, what failed and why in plain
-    words, how to replay it, and the part of the console log that matters."""
-    width = max([len(t.name) for t in result.tests] + [4])
-    out = [f"mmiolab {result.lab}: {result.submission_id}: "
-           f"{_num(result.score)}/{_num(result.max_score)}",
+    words, how to replay it, and the part of the console log that matters.
+
+    student (results.json's top-level output, summary.txt): tests that are not
+    "visible" are left out, names, scores, outputs and all, and so are their
+    points in the score shown; they are seen with their own visibility in
+    results.json. The instructor's version (student=False, JUnit) has them all."""
+    shown = [t for t in result.tests if not student or t.visibility == "visible"]
+    held = [t for t in result.tests if t not in shown]
+    width = max([len(t.name) for t in shown] + [4])
+    score, most = sum(t.score for t in shown), sum(t.max_score for t in shown)
+    out = [f"mmiolab {result.lab}: {result.submission_id}: {_num(score)}/{_num(most)}"
+           + (f" (visible tests; {len(held)} more tests, {_num(sum(t.max_score for t in held))}"
+              f" points, are shown when grades are published)" if held else ""),
            f"graded {result.graded_at} on {result.host} in {result.execution_time:.1f}s"]
     if result.submission:
         out.append(f"submission: {result.submission}")
@@ -482,10 +492,10 @@ def summary_text(result: GradeResult) -> str:
     out += [f"note: {n}" for n in result.notes]
     out += [f"flagged for the instructor: {f}" for f in result.flags]
     out.append("")
-    for t in result.tests:
+    for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()
         out.append(f"  {word:8} {t.name:{width}}  {_num(t.score):>5}/{_num(t.max_score)}")
-    failed = result.failed
+    failed = [t for t in result.failed if t in shown]
     if failed:
         out += ["", "What failed and why:"]
         for t in failed:
