@@ -461,6 +461,7 @@ class RecordedRunGradeTest(unittest.TestCase):
         data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
         with open(os.path.join(data, "pass.channel.log")) as f:
             channel = f.read() + f"{self.NONCE} # mmiolab harness: end\n"
+        channel = channel.replace(*getattr(self, "channel_edit", ("", "")))
         with open(os.path.join(data, "pass.console.log")) as f:
             console = f.read() if visible_console is None else visible_console
         hidden_channel = "".join(f"{self.NONCE} {line}\n" for line in (
@@ -527,6 +528,14 @@ class RecordedRunGradeTest(unittest.TestCase):
         tests = {t["name"]: t for t in doc["tests"]}
         self.assertEqual([tests[n]["score"] for n in ("race_4cpu", "race_long")], [5, 5])
         self.assertEqual(tests["clean_log"]["status"], "passed")
+
+    def test_a_race_passed_with_no_flush_gets_no_cost_marks_and_a_flag(self):
+        self.channel_edit = ("flush=mmiowb", "flush=none")
+        r, doc, summary = self.grade("")
+        tests = {t["name"]: t for t in doc["tests"]}
+        self.assertEqual((tests["cost"]["status"], tests["cost"]["score"]), ("passed", 0))
+        self.assertIn("flagged for the instructor: the race passed with no flush the cost "
+                      "test could see", summary)
 
     def test_the_visible_guests_warning_is_shown(self):
         r, doc, summary = self.grade(

@@ -252,6 +252,10 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = report.outcomes(spec, parsed, host, hidden)
+    if any(t.values().get("flush") == "none" and t.status.ok
+           for g in spec.ktap_tests if (t := parsed.root.find(g.name)) is not None):
+        flags.append("the race passed with no flush the cost test could see (no read-back, "
+                     "no mmiowb()): read how the fix orders the doorbell")
     if hidden_trouble:
         for t in tests:
             if spec.test(t.name).source != "hidden":

@@ -213,15 +213,24 @@ def plain_words(test: ktap.Test) -> list[str]:
     return out
 
 
+#: The rule for a race passed with no flush the cost test could see ('flush=none':
+#: under half a read-back and half an mmiowb() per command): no cost marks, and
+#: a flag (grade.py), since whatever passed the race did it some other way.
+NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
+            "cost marks are only for a flush it can see; the instructor reads the code")
+
+
 def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
     """Score one harness-reported test of a lab (graded: a labspec.GradedTest).
 
     A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
     harness grades partially (the cost test: a read-back fix is correct but
-    heavier); anything else earns nothing.
+    heavier), and nothing when it says 'flush=none' whatever the fraction
+    (NO_FLUSH); anything else earns nothing.
     """
     status = status_word(test.status)
     score = 0.0
+    no_flush = test.values().get("flush") == "none"
     if test.status is ktap.Status.PASS:
         frac = 1.0
         raw = test.values().get("fraction")
@@ -232,10 +241,14 @@ def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
                 frac = 0.0
             if math.isnan(frac):
                 frac = 0.0
+        if no_flush:
+            frac = 0.0
         score = round(graded.points * frac, 2)
     body = [graded.description, "", f"result: {status}" + (
         f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
     body += [f"why: {w}" for w in plain_words(test)]
+    if no_flush and test.status is ktap.Status.PASS:
+        body.append(f"why: {NO_FLUSH}")
     detail = test.text().strip("\n")
     if detail:
         body += ["", detail]
