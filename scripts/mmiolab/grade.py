@@ -150,8 +150,10 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     work = new_scratch("grade")
     try:
         key = key or grading_key(spec, opts, path)
-        result = _grade(spec, path, sub_id, opts, out_dir, work)
+        seen: dict = {}
+        result = _grade(spec, path, sub_id, opts, out_dir, work, seen)
         result.key = key
+        result.diff = seen.get("diff", "")
         if not result.replay.seeds:          # refused before the run: say what it would be
             result.replay = _replay(spec, opts.seeds, None, "")
     except Exception as e:    # a grader bug must not lose the batch either
@@ -166,7 +168,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
 
 
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
-           work: str) -> report.GradeResult:
+           work: str, seen: dict) -> report.GradeResult:
     intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"), bounded=True)
     if not intake.ok:
         shown = intake.describe().replace(submission.printable(path), display_name(path))
@@ -175,7 +177,20 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
     flags = []
     for taken in intake.taken:
         with open(taken.path, encoding="utf-8", errors="replace") as f:
-            flags += objcheck.source_flags(f.read())
+            text = f.read()
+        flags += objcheck.source_flags(text)
+        # For the instructor: the diff against the starter, and flags for
+        # changes outside a fix's functions and for kernel-memory walking.
+        try:
+            with open(os.path.join(spec.dir, "starter", taken.name), encoding="utf-8") as f:
+                starter = f.read()
+        except OSError:
+            continue
+        rev = objcheck.review(starter, text, spec.fix_functions, taken.name)
+        flags += rev.flags
+        seen["diff"] = seen.get("diff", "") + rev.diff
+        if rev.diff:
+            report.atomic_write(os.path.join(out_dir, "starter.diff"), seen["diff"] + "\n")
     if not opts.confined:
         flags.insert(0, "the build ran unconfined (--allow-unconfined-build): it could read "
                         "any file the grader can")

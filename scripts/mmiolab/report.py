@@ -134,6 +134,8 @@ class GradeResult:
     # What the grade depends on (lab, seeds, cmds, fabric, kit, submission digest):
     # --resume re-grades when any of it differs.
     key: dict[str, Any] = field(default_factory=dict)
+    # The submission against the lab's starter (unified diff), for the instructor.
+    diff: str = ""
     graded_at: str = field(default_factory=lambda: _now())
     host: str = field(default_factory=socket.gethostname)
 
@@ -366,6 +368,7 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "host": result.host,
         "notes": result.notes,
         "flags": result.flags,
+        "diff": result.diff,
         "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
@@ -410,7 +413,8 @@ def load_results_json(path: str) -> GradeResult:
             console_log=extra.get("console_log"), submission=extra.get("submission", ""),
             verdict=extra.get("verdict", "graded"), notes=list(extra.get("notes", [])),
             graded_at=extra.get("graded_at", ""), host=extra.get("host", ""),
-            flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})))
+            flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})),
+            diff=str(extra.get("diff", "")))
     except ReportError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
