@@ -223,6 +223,68 @@ class DocsBuildTest(unittest.TestCase):
                              + p.stderr[-3000:])
 
 
+# Facts the pages tell once (issue 22): each has one home, and every other
+# page links there. A fact is recognised by phrases only its full telling
+# uses; the test fails when one of them turns up in a second source file
+# (a page, or a lab handout, which students also get on its own).
+FACTS = {
+    "the architectures that define mmiowb() today": (
+        "Documentation/history/linux-5.2.rst",
+        [r"s390 and sh\b", r"zpci_barrier", r"only ia64, loongarch"]),
+    "what synchronize_irq() waits for, chip by chip": (
+        "Documentation/kit/platform.rst",
+        [r"IO-APIC", r"GICv3", r"[Rr]emote IRR", r"8192"]),
+    "the 2004 revisions of the mmiowb() patch": (
+        "Documentation/history/mmiowb-2004.rst",
+        [r"qla1280 dropped", r"ppc and ppc64 get an empty"]),
+    "how io_ordering.txt was deleted and restored in 2004": (
+        "Documentation/history/deviceiobook.rst",
+        [r"deleted the file", r"no\s+longer\s+delete", r"io_ordering\.txt`?\s+is\s+deleted"]),
+    "PCI memory writes are always posted": (
+        "Documentation/concepts/pci.rst",
+        [r"always\s+posted"]),
+    "the fabric's parameters": (
+        "Documentation/kit/platform.rst",
+        [r"Upper bound of the uniformly", r"Round trip of a read once"]),
+    "the OLS 2004 flushing figures": (
+        "Documentation/concepts/readback.rst",
+        [r"\b5940\b", r"\b2619\b", r"\b399 ns"]),
+}
+
+
+def doc_sources():
+    """Every reST source of the site and every lab handout, relative to ROOT."""
+    found = []
+    for d, _, names in os.walk(os.path.join(ROOT, "Documentation")):
+        found += [os.path.relpath(os.path.join(d, n), ROOT) for n in names if n.endswith(".rst")]
+    for lab in sorted(os.listdir(os.path.join(ROOT, "labs"))):
+        if os.path.isfile(os.path.join(ROOT, "labs", lab, "README.rst")):
+            found.append(os.path.join("labs", lab, "README.rst"))
+    return sorted(found)
+
+
+class FactsOnceTest(unittest.TestCase):
+    """Each fact of FACTS is written in its home file and in no other."""
+
+    def test_each_fact_lives_in_one_file(self):
+        texts = {}
+        for rel in doc_sources():
+            with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+                texts[rel] = f.read()
+        problems = []
+        for fact, (home, patterns) in FACTS.items():
+            where = sorted(rel for rel, text in texts.items()
+                           if any(re.search(p, text) for p in patterns))
+            if where != [home]:
+                problems.append(f"{fact}: told in {where or 'no file'}, home {home}")
+        self.assertEqual(problems, [], "a fact told more than once (or not at home)")
+
+    def test_the_check_sees_a_copy(self):
+        """The check itself: a copied phrase in a second file is caught."""
+        home, patterns = FACTS["what synchronize_irq() waits for, chip by chip"]
+        self.assertTrue(re.search(patterns[0], "on x86 only the IO-APIC answers"))
+
+
 class ApiReferenceTest(unittest.TestCase):
     """reference/api.html: kernel-doc from the patched tree, and the tree is required."""
 

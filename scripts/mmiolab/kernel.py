@@ -1,6 +1,6 @@
 """Unpack, patch, configure and build the lab kernel.
 
-The tree comes from Debian's linux-source-6.1 tarball and is never edited by
+The tree comes from Debian's linux-source-6.12 tarball and is never edited by
 hand: patches/series is the source of truth. A stamp records what the tree and
 the build were made from, so that a re-run with nothing changed does nothing,
 and a changed series is applied to a fresh tree (ccache keeps that rebuild
@@ -18,7 +18,7 @@ import subprocess
 from . import BUILD, ROOT
 from .progress import CommandError, run_logged, say, step
 
-TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.1.tar.xz")
+TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.12.tar.xz")
 PATCHES = os.environ.get("MMIOLAB_PATCHES", os.path.join(ROOT, "patches"))
 FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
 DEBUG_FRAGMENT = os.path.join(ROOT, "vm", "debug.config")
@@ -122,7 +122,7 @@ def _save_stamp(stamp: dict) -> None:
 def unpack(dest: str) -> None:
     """Unpack the Debian tarball so that its top folder becomes dest."""
     if not os.path.exists(TARBALL):
-        raise FileNotFoundError(f"{TARBALL} is missing: run 'make deps' (package linux-source-6.1)")
+        raise FileNotFoundError(f"{TARBALL} is missing: run 'make deps' (package linux-source-6.12)")
     parent = os.path.dirname(dest)
     tmp = dest + ".unpack"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -227,7 +227,7 @@ def use_prebuilt() -> str:
         raise ConfigError(
             f"{' and '.join(changed)} differ from what the handout's kernel was built from "
             f"(kit {info.get('kit', '?')}): restore them from the handout. (To build a kernel "
-            f"of your own instead, which takes minutes and needs linux-source-6.1: remove "
+            f"of your own instead, which takes minutes and needs linux-source-6.12: remove "
             f"prebuilt/kernel, then make kernel.)")
     say(f"kernel: prebuilt by the kit at {info.get('kit', '?')} (Linux {info.get('release', '?')})")
     return BZIMAGE
