@@ -829,8 +829,10 @@ kfree(p);
 """
 
 WALK_CASTS = """
+static volatile int shift = 30;
 void *p = kmalloc(64, GFP_ATOMIC);
-unsigned long base = (unsigned long)p & ~((1UL << (20 + 10)) - 1);
+/* a mask made at run time: no kernel-address constant for the code check */
+unsigned long base = (unsigned long)p & (~0UL << shift);
 
 pr_info("direct map at %lx\\n", base);
 kfree(p);
@@ -878,6 +880,11 @@ def corpus24() -> list[Case]:
                               '\tkernel_write(f, "profile=qemu\\n", 13, &f->f_pos);',
                               decl="#include <linux/fs.h>\n")), says("filp_open")),
         # -- run, and flagged for the instructor
+        Case("direct-map rounding with a constant mask (the compiler's 'and' of a kernel "
+             "address)", "forbidden-code", c_file(post_adds(
+                 "void *p = kmalloc(64, GFP_ATOMIC);\n\n"
+                 "pr_info(\"%lx\\n\", ((unsigned long)p >> 30) << 30);\nkfree(p);")),
+             says("constant kernel address")),
         Case("direct-map arithmetic on a kmalloc pointer: runs, flagged", "graded",
              c_file(post_adds(WALK_CASTS)),
              says("kernel-memory walking? the new code uses integer casts of pointers"),
