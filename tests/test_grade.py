@@ -417,3 +417,130 @@ class GradescopeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StaleScratchTest(unittest.TestCase):
+    """A grader killed with SIGKILL runs no `finally`: the next batch removes the
+    scratch folders (the student's source, its module) of graders that are gone,
+    and leaves a running grader's alone (issue 24)."""
+
+    def test_the_next_run_removes_a_killed_graders_scratch(self):
+        from mmiolab import lab
+        dead = subprocess.Popen(["/bin/true"])
+        dead.wait()
+        stale = os.path.join(lab.scratch_root(), f"grade-{dead.pid}-test")
+        mine = lab.new_scratch("grade")
+        other = os.path.join(lab.scratch_root(), "unowned-folder")
+        for d in (stale, other):
+            os.makedirs(os.path.join(d, "intake"), exist_ok=True)
+        with open(os.path.join(stale, "intake", "ringdrv.c"), "w") as f:
+            f.write("a student's code\n")
+        try:
+            self.assertTrue(os.path.basename(mine).startswith(f"grade-{os.getpid()}-"))
+            gone = lab.remove_stale_scratch()
+            self.assertIn(os.path.basename(stale), gone)
+            self.assertFalse(os.path.exists(stale))
+            self.assertTrue(os.path.isdir(mine))
+            self.assertTrue(os.path.isdir(other))
+        finally:
+            for d in (stale, mine, other):
+                shutil.rmtree(d, ignore_errors=True)
+
+
+class RecordedRunGradeTest(unittest.TestCase):
+    """grade_one on recorded guest output (tests/data/ktap), the build, the object
+    check and the guests replaced: what the hidden tests' guest printed reaches
+    only the hidden tests' outputs (issue 24)."""
+
+    NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
+    SECRET = "HIDDEN-HARNESS-SECRET route_ns=800,4200,2100,9600 cmds_per_cpu=3,5,8,13"
+
+    def grade(self, hidden_console, visible_console=None):
+        from unittest import mock
+        from mmiolab import grade, labspec, lab, objcheck, vm
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
+        with open(os.path.join(data, "pass.channel.log")) as f:
+            channel = f.read() + f"{self.NONCE} # mmiolab harness: end\n"
+        channel = channel.replace(*getattr(self, "channel_edit", ("", "")))
+        with open(os.path.join(data, "pass.console.log")) as f:
+            console = f.read() if visible_console is None else visible_console
+        hidden_channel = "".join(f"{self.NONCE} {line}\n" for line in (
+            "KTAP version 1", "1..2", f"# {self.SECRET}", "ok 1 race_4cpu", "ok 2 race_long",
+            "# mmiolab harness: end"))
+        tmp = tempfile.mkdtemp(prefix="leak-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, tmp)
+        src = os.path.join(tmp, "alice.c")
+        with open(src, "w") as f:
+            f.write(starter())
+        ko = os.path.join(tmp, "ringdrv.ko")
+        open(ko, "wb").close()
+        out = os.path.join(tmp, "out")
+
+        def run_tests(lab_, ko_, seeds, log_dir, **kw):
+            os.makedirs(log_dir, exist_ok=True)
+            hidden = kw.get("harness") is not None
+            res = vm.RunResult("exited", 0, hidden_console if hidden else console,
+                               hidden_channel if hidden else channel, 1.0, 0.5, "tcg",
+                               os.path.join(log_dir, "console.log"))
+            return lab.Run(list(seeds), self.NONCE, res)
+
+        spec = labspec.load_lab("doorbell")
+        with mock.patch.object(grade, "build_driver", lambda *a, **k: lab.Build(ko, [], "")), \
+                mock.patch.object(grade.objcheck, "check_elf",
+                                  lambda *a, **k: objcheck.Findings()), \
+                mock.patch.object(grade, "disassemble", lambda *a, **k: ""), \
+                mock.patch.object(grade, "run_tests", run_tests):
+            r = grade.grade_one(spec, src, "alice", grade.GradeOptions(seeds=[1, 2, 3], out=out))
+        with open(os.path.join(out, "alice", "results.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(out, "alice", "summary.txt")) as f:
+            summary = f.read()
+        return r, doc, summary
+
+    def student_visible(self, doc, summary):
+        visible = [t["output"] for t in doc["tests"] if t["visibility"] == "visible"]
+        return "\n".join(visible + [doc["output"], summary])
+
+    def test_a_warning_in_the_hidden_guest_stays_hidden(self):
+        console = (f"[    3.100000] ringdrv: {self.SECRET}\n"
+                   "[    3.200000] WARNING: CPU: 3 PID: 77 at ringdrv.c:120 ring_submit+0x1/0x2\n")
+        r, doc, summary = self.grade(console)
+        self.assertEqual(r.verdict, "graded", summary)
+        seen = self.student_visible(doc, summary)
+        for needle in ("HIDDEN-HARNESS-SECRET", "route_ns=800", "ring_submit", "race_4cpu",
+                       "race_long", "hidden tests' run"):
+            self.assertNotIn(needle, seen)
+        tests = {t["name"]: t for t in doc["tests"]}
+        self.assertEqual((tests["clean_log"]["status"], tests["clean_log"]["score"]),
+                         ("passed", 10))
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual(tests[name]["visibility"], "after_published")
+            self.assertEqual((tests[name]["status"], tests[name]["score"]), ("failed", 0))
+            self.assertIn("warning in the console log of the hidden tests' run",
+                          tests[name]["output"])
+            self.assertIn("ring_submit", tests[name]["output"])
+        self.assertIn("2 more tests, 10 points, are shown when grades are published", summary)
+
+    def test_a_print_in_the_hidden_guest_stays_hidden(self):
+        r, doc, summary = self.grade(f"[    3.100000] ringdrv: {self.SECRET}\n")
+        seen = self.student_visible(doc, summary)
+        self.assertNotIn("HIDDEN-HARNESS-SECRET", seen)
+        tests = {t["name"]: t for t in doc["tests"]}
+        self.assertEqual([tests[n]["score"] for n in ("race_4cpu", "race_long")], [5, 5])
+        self.assertEqual(tests["clean_log"]["status"], "passed")
+
+    def test_a_race_passed_with_no_flush_gets_no_cost_marks_and_a_flag(self):
+        self.channel_edit = ("flush=mmiowb", "flush=none")
+        r, doc, summary = self.grade("")
+        tests = {t["name"]: t for t in doc["tests"]}
+        self.assertEqual((tests["cost"]["status"], tests["cost"]["score"]), ("passed", 0))
+        self.assertIn("flagged for the instructor: the race passed with no flush the cost "
+                      "test could see", summary)
+
+    def test_the_visible_guests_warning_is_shown(self):
+        r, doc, summary = self.grade(
+            "", "[    2.000000] WARNING: CPU: 0 PID: 9 at ringdrv.c:88 ring_probe+0x1/0x2\n")
+        tests = {t["name"]: t for t in doc["tests"]}
+        self.assertEqual(tests["clean_log"]["status"], "failed")
+        self.assertIn("ring_probe", tests["clean_log"]["output"])
+        self.assertIn("ring_probe", doc["output"])

@@ -792,3 +792,220 @@ class CorpusTest(unittest.TestCase):
         with open(os.path.join(self.out, "gradebook.csv")) as f:
             rows = list(csv.DictReader(f))
         self.assertEqual(sorted(r["student"] for r in rows), sorted(c.sid for c in self.cases))
+
+
+# ---------------------------------------------------------------------------- issue 24
+
+DOORBELL_WRITE = "\twritel(rd->tail, rd->regs + MMIOSIM_RING_DOORBELL);\n"
+
+
+def post_adds(code: str, decl: str = "", base: str | None = None) -> str:
+    """The starter (or base) with `code` after the doorbell write in
+    ringdrv_post() -- inside the function a fix touches -- run once, and `decl`
+    after the #includes."""
+    s = starter() if base is None else base
+    assert s.count(DOORBELL_WRITE) == 1 and INCLUDES_END in s
+    once = ("\t{\n\t\tstatic int once;\n\n\t\tif (!once) {\n\t\t\t{\n"
+            + "".join("\t\t\t" + line + "\n" for line in code.strip("\n").split("\n"))
+            + "\t\t\t}\n\t\t\tonce = 1;\n\t\t}\n\t}\n")
+    s = s.replace(INCLUDES_END, INCLUDES_END + decl, 1)
+    return s.replace(DOORBELL_WRITE, DOORBELL_WRITE + once, 1)
+
+
+def solution_probe_adds(code: str) -> str:
+    s = solution()
+    assert PROBE_END in s
+    return s.replace(PROBE_END, PROBE_END + code, 1)
+
+
+def hidden_stays_hidden(secret):
+    """Nothing the module printed in the hidden tests' guest is in what the
+    student sees; the hidden tests' own outputs have it, and they failed."""
+    def check(t, doc, summary, out_dir):
+        visible = [x["output"] for x in doc["tests"] if x["visibility"] == "visible"]
+        t.assertNotIn(secret, "\n".join(visible + [doc["output"], summary]))
+        hidden = [x for x in doc["tests"] if x["visibility"] != "visible"]
+        t.assertTrue(hidden)
+        for x in hidden:
+            t.assertIn(secret, x["output"], x["name"])
+            t.assertEqual(x["score"], 0, x["name"])
+        clean = next(x for x in doc["tests"] if x["name"] == "clean_log")
+        t.assertEqual(clean["status"], "passed", clean["output"])
+    return check
+
+
+WALK_DIRECT_MAP = """
+void *p = kmalloc(64, GFP_ATOMIC);
+/* the rounding hidden from the constant-address check */
+unsigned long base = (unsigned long)p & ~((1UL << (20 + 10)) - 1);
+u64 v = 0, i;
+
+for (i = 0; i < 8; i++)
+	if (!__get_user(v, (u64 __user *)(base + i * 4096)))
+		break;
+pr_info("found %llx at %lx\\n", v, base);
+kfree(p);
+"""
+
+WALK_CASTS = """
+static volatile int shift = 30;
+void *p = kmalloc(64, GFP_ATOMIC);
+/* a mask made at run time: no kernel-address constant for the code check */
+unsigned long base = (unsigned long)p & (~0UL << shift);
+
+pr_info("direct map at %lx\\n", base);
+kfree(p);
+"""
+
+WALK_FS = """
+struct fs_struct *fs = current->fs;
+
+pr_info("cwd of %s: %px\\n", current->comm, fs);
+"""
+
+CONSOLE_BLOWUP = """
+int i;
+
+for (i = 0; i < 400; i++)
+	pr_err("ok 3 race%900s# INFO: task %s x\\n", " ", "INFO: task INFO: task");
+"""
+
+
+def corpus24() -> list[Case]:
+    """Issue 24's classes: ring-0 memory walking, page-cache and parameter
+    tampering, parser blow-ups from the console, hidden-output leaks, warnings."""
+    race = labspec.load_lab("doorbell").test("race").points
+    return [
+        # -- stopped by the allow-list (no guest)
+        Case("__get_user() scan of the direct map from a kmalloc pointer (issue 24's "
+             "exploit)", "forbidden-symbols", c_file(post_adds(WALK_DIRECT_MAP)),
+             says("__get_user_nocheck_8")),
+        Case("__get_user() of one kernel word", "forbidden-symbols", c_file(post_adds(
+            "u32 v;\n__get_user(v, (u32 __user *)rd);\npr_info(\"%x\\n\", v);")),
+             says("__get_user_nocheck_4")),
+        Case("__put_user() over the test program's page-cache page", "forbidden-symbols",
+             c_file(post_adds("__put_user(0x2123UL, (unsigned long __user *)rd->desc);")),
+             says("__put_user_nocheck_8")),
+        Case("copy_from_kernel_nofault() walk", "forbidden-symbols", c_file(post_adds(
+            "u64 v;\nif (!copy_from_kernel_nofault(&v, rd, sizeof(v)))\n"
+            "\tpr_info(\"%llx\\n\", v);")), says("copy_from_kernel_nofault")),
+        Case("switch the fabric's profile with mmiosim_set_params()", "forbidden-symbols",
+             c_file(post_adds("struct mmiosim_params prm = {};\n\nmmiosim_set_params(&prm);",
+                              decl="#include <linux/mmiosim.h>\n") + "MODULE_IMPORT_NS(MMIOSIM);\n"),
+             says("mmiosim_set_params")),
+        Case("write the fabric's debugfs params from the module", "forbidden-symbols",
+             c_file(post_adds('struct file *f = filp_open("/sys/kernel/debug/mmiosim/params",'
+                              " O_WRONLY, 0);\n\nif (!IS_ERR(f))\n"
+                              '\tkernel_write(f, "profile=qemu\\n", 13, &f->f_pos);',
+                              decl="#include <linux/fs.h>\n")), says("filp_open")),
+        # -- run, and flagged for the instructor
+        Case("direct-map rounding with a constant mask (the compiler's 'and' of a kernel "
+             "address)", "forbidden-code", c_file(post_adds(
+                 "void *p = kmalloc(64, GFP_ATOMIC);\n\n"
+                 "pr_info(\"%lx\\n\", ((unsigned long)p >> 30) << 30);\nkfree(p);")),
+             says("constant kernel address")),
+        Case("direct-map arithmetic on a kmalloc pointer: runs, flagged", "graded",
+             c_file(post_adds(WALK_CASTS)),
+             says("kernel-memory walking? the new code uses integer casts of pointers"),
+             vm=True),
+        Case("current->fs (the way to /job's page cache): runs, flagged", "graded",
+             c_file(post_adds(WALK_FS, decl="#include <linux/fs_struct.h>\n"
+                                            "#include <linux/sched.h>\n")),
+             says("current->fs, current->mm", "current->fs"), vm=True),
+        Case("a correct fix that prints from probe(): runs, flagged as outside the fix",
+             "graded", c_file(solution_probe_adds('\tpr_info("probed\\n");\n')),
+             all_of(scores(race=race), says("changes outside the functions a fix touches",
+                                            "ringdrv_probe")), vm=True),
+        # -- the console and the hidden guest
+        Case("a correct fix that WARNs at every load", "graded",
+             c_file(solution_probe_adds("\tWARN(1, \"ringdrv: warned at load\\n\");\n")),
+             all_of(scores(race=race, clean_log=0), says("warning in the console log",
+                                                          "warned at load")), vm=True),
+        Case("a correct fix that prints and warns in the hidden guest only", "graded",
+             c_file(solution_probe_adds(
+                 "\tif (num_online_cpus() == 4) {\n"
+                 "\t\tpr_err(\"LEAK24 cpus=%u cmdline-and-routes\\n\", num_online_cpus());\n"
+                 "\t\tWARN(1, \"LEAK24 warn\\n\");\n\t}\n")),
+             all_of(scores(race=race, clean_log=10), hidden_stays_hidden("LEAK24")), vm=True),
+        Case("console lines built to make the host's patterns backtrack", "graded",
+             c_file(post_adds(CONSOLE_BLOWUP)), scores(race=0), vm=True),
+    ]
+
+
+class Integrity24Test(unittest.TestCase):
+    """Issue 24's hostile submissions, graded in one batch: each gets its
+    verdict and checks, the batch finishes, and every row is in the gradebook."""
+
+    @classmethod
+    def setUpClass(cls):
+        for path in (kernel.BZIMAGE, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
+            if not os.path.exists(path):
+                raise AssertionError(f"{path} missing: run 'make kernel initramfs' first")
+        ok, why = confinement()
+        if not ok:
+            raise AssertionError(f"builds cannot be confined on this machine: {why}")
+        cls.tmp = tempfile.mkdtemp(prefix="hostile24-", dir=BUILD)
+        klass = os.path.join(cls.tmp, "class")
+        cls.out = os.path.join(cls.tmp, "out")
+        os.makedirs(klass)
+        cls.cases = corpus24()
+        paths = {c.make(os.path.join(klass, c.sid)): c for c in cls.cases}
+        spec = labspec.load_lab("doorbell")
+        entries = entries_for(spec, [klass])
+        for sid, path in entries:
+            paths[path].sid = sid
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        t0 = time.monotonic()
+        try:
+            grade_batch(spec, entries, GradeOptions(seeds=[1], out=cls.out), jobs=2,
+                        progress=lambda line: None)
+            reap()
+            cls.leftover = descendants()
+        finally:
+            prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        cls.seconds = time.monotonic() - t0
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    result = CorpusTest.result
+
+    def test_corpus(self):
+        self.assertGreaterEqual(len(self.cases), 10)
+
+    def test_each_verdict(self):
+        rows = []
+        for c in self.cases:
+            with self.subTest(c.label):
+                doc, summary = self.result(c.sid)
+                extra = doc["extra_data"]["mmiolab"]
+                rows.append(f"{c.label[:70]:70} {extra['verdict']:18} {doc['score']:5.1f} "
+                            f"{extra['execution_time']:5.1f}s")
+                self.assertEqual(extra["verdict"], c.verdict, summary)
+                if c.verdict != "graded":
+                    self.assertEqual(doc["score"], 0, summary)
+                if c.check:
+                    c.check(self, doc, summary, os.path.join(self.out, c.sid))
+        report("issue 24 corpus (submission, verdict, score, seconds):\n     "
+               + "\n     ".join(rows) + f"\n     batch: {self.seconds:.0f}s")
+
+    def test_every_report_carries_the_diff(self):
+        for c in self.cases:
+            with self.subTest(c.label):
+                doc, _ = self.result(c.sid)
+                diff = doc["extra_data"]["mmiolab"]["diff"]
+                self.assertTrue(diff.startswith("--- starter/ringdrv.c\n+++ ringdrv.c\n"), diff)
+
+    def test_flags_in_the_gradebook(self):
+        import csv
+        with open(os.path.join(self.out, "gradebook.csv")) as f:
+            rows = {r["student"]: r for r in csv.DictReader(f)}
+        self.assertEqual(sorted(rows), sorted(c.sid for c in self.cases))
+        walker = next(c for c in self.cases if c.label.startswith("current->fs"))
+        self.assertIn("kernel-memory walking?", rows[walker.sid]["flags"])
+
+    def test_no_process_outlives_the_batch(self):
+        self.assertEqual(self.leftover, [])

@@ -101,6 +101,18 @@ class OutcomesTest(unittest.TestCase):
         self.assertEqual(report.outcome_from_ktap(SPEC.test("cost"),
                                                   parsed.expect(["cost"])["cost"]).score, 10)
 
+    def test_no_cost_marks_without_a_flush(self):
+        """Issue 24: 'flush=none' earns nothing, whatever fraction the line says."""
+        for line in ("flush=none ns_per_doorbell=1843 fraction=1",
+                     "flush=none reads_per_cmd=0.000 mmiowbs_per_cmd=0.000 fraction=0"):
+            text = data("pass.channel.log").replace(
+                "flush=mmiowb ns_per_doorbell=1843 baseline_ns=1702 readback_ns=6811 fraction=1",
+                line)
+            parsed = ktap.parse(text, NONCE)
+            cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            self.assertEqual((cost.score, cost.status), (0.0, "passed"), line)
+            self.assertIn("why: " + report.NO_FLUSH, cost.output)
+
     def test_missing_host_test_is_an_error(self):
         res = graded(host_tests={})
         self.assertEqual({t.name: t.status for t in res.tests}["build"], "error")

@@ -590,3 +590,85 @@ class LabSpecTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FingerprintTest(unittest.TestCase):
+    """--resume's digest of a submission reads only what intake would (issue 24):
+    a class folder with an extracted archive of big sparse files costs a listing."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fp-")
+        self.addCleanup(__import__("shutil").rmtree, self.tmp)
+
+    def opened(self, path):
+        """(digest, names os.open was asked for) of a fingerprint of path."""
+        from unittest import mock
+        names = []
+        real = os.open
+
+        def spy(p, *a, **kw):
+            names.append(os.path.basename(os.fsdecode(p)))
+            return real(p, *a, **kw)
+        with mock.patch.object(sub.os, "open", spy):
+            digest = sub.fingerprint(path, ["ringdrv.c"], sub.DEFAULT_LIMITS)
+        return digest, names
+
+    def test_a_folder_of_sparse_files_is_listed_not_read(self):
+        d = os.path.join(self.tmp, "alice")
+        os.makedirs(os.path.join(d, "extracted"))
+        with open(os.path.join(d, "ringdrv.c"), "w") as f:
+            f.write("int x;\n")
+        for i in range(300):
+            with open(os.path.join(d, "extracted", f"blob{i}.bin"), "wb") as f:
+                f.truncate(64 << 20)
+        digest, names = self.opened(d)
+        self.assertEqual([n for n in names if n.startswith("blob")], [])
+        self.assertEqual(names.count("ringdrv.c"), 1)
+        # A blob's content is not read; its size is.
+        with open(os.path.join(d, "extracted", "blob7.bin"), "r+b") as f:
+            f.write(b"changed")
+        self.assertEqual(self.opened(d)[0], digest)
+        with open(os.path.join(d, "extracted", "blob7.bin"), "r+b") as f:
+            f.truncate(1)
+        self.assertNotEqual(self.opened(d)[0], digest)
+
+    def test_the_allowed_file_counts_up_to_the_intake_cap(self):
+        d = os.path.join(self.tmp, "bob")
+        os.makedirs(d)
+        src = os.path.join(d, "ringdrv.c")
+        with open(src, "w") as f:
+            f.write("int x;\n")
+        first = self.opened(d)[0]
+        with open(src, "w") as f:
+            f.write("int y;\n")
+        self.assertNotEqual(self.opened(d)[0], first)
+        # Beyond max_file_bytes + 1 intake refuses the file whatever follows.
+        cap = sub.DEFAULT_LIMITS.max_file_bytes
+        with open(src, "wb") as f:
+            f.write(b"a" * (cap + 1) + b"tail one")
+        big = self.opened(d)[0]
+        with open(src, "wb") as f:
+            f.write(b"a" * (cap + 1) + b"tail two")
+        self.assertEqual(self.opened(d)[0], big)
+
+    def test_archives_over_the_cap_are_not_read(self):
+        p = os.path.join(self.tmp, "carol.zip")
+        with open(p, "wb") as f:
+            f.write(b"PK\x03\x04")
+            f.truncate(sub.DEFAULT_LIMITS.max_archive_bytes + 1)
+        digest, names = self.opened(p)
+        self.assertEqual(names, [])          # its magic is sniffed (512 bytes), never read
+        with open(p, "r+b") as f:
+            f.seek(1000)
+            f.write(b"changed")
+        self.assertEqual(self.opened(p)[0], digest)
+
+    def test_members_past_the_cap_are_not_listed_one_by_one(self):
+        d = os.path.join(self.tmp, "dave")
+        os.makedirs(d)
+        limits = sub.IntakeLimits(max_members=10)
+        for i in range(20):
+            open(os.path.join(d, f"f{i:02}"), "w").close()
+        a = sub.fingerprint(d, ["ringdrv.c"], limits)
+        open(os.path.join(d, "f99"), "w").close()          # sorts after the cap
+        self.assertEqual(sub.fingerprint(d, ["ringdrv.c"], limits), a)

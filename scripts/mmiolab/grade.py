@@ -15,24 +15,19 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import html
 import json
 import os
-import re
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, kernel, ktap, objcheck, report, submission, timeline
-from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, run_tests,
-                  scratch_root)
+from . import BUILD, ROOT, guestout, kernel, ktap, objcheck, report, submission
+from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, new_scratch,
+                  remove_stale_scratch, run_tests)
 from .labspec import LabSpec
-
-HARNESS_INFO = re.compile(r"# mmiolab harness: (.*)")
 
 
 @dataclass
@@ -79,7 +74,8 @@ def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
     """Everything a result depends on; --resume re-grades when any of it differs."""
     return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
             "append": list(opts.append), "kit": kit_version(spec),
-            "submission": submission.fingerprint(path)}
+            "submission": submission.fingerprint(path, spec.files,
+                                                 submission.IntakeLimits.from_lab(spec.limits))}
 
 
 def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
@@ -151,11 +147,13 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="grade-", dir=scratch_root())
+    work = new_scratch("grade")
     try:
         key = key or grading_key(spec, opts, path)
-        result = _grade(spec, path, sub_id, opts, out_dir, work)
+        seen: dict = {}
+        result = _grade(spec, path, sub_id, opts, out_dir, work, seen)
         result.key = key
+        result.diff = seen.get("diff", "")
         if not result.replay.seeds:          # refused before the run: say what it would be
             result.replay = _replay(spec, opts.seeds, None, "")
     except Exception as e:    # a grader bug must not lose the batch either
@@ -170,7 +168,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
 
 
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
-           work: str) -> report.GradeResult:
+           work: str, seen: dict) -> report.GradeResult:
     intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"), bounded=True)
     if not intake.ok:
         shown = intake.describe().replace(submission.printable(path), display_name(path))
@@ -179,7 +177,20 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
     flags = []
     for taken in intake.taken:
         with open(taken.path, encoding="utf-8", errors="replace") as f:
-            flags += objcheck.source_flags(f.read())
+            text = f.read()
+        flags += objcheck.source_flags(text)
+        # For the instructor: the diff against the starter, and flags for
+        # changes outside a fix's functions and for kernel-memory walking.
+        try:
+            with open(os.path.join(spec.dir, "starter", taken.name), encoding="utf-8") as f:
+                starter = f.read()
+        except OSError:
+            continue
+        rev = objcheck.review(starter, text, spec.fix_functions, taken.name)
+        flags += rev.flags
+        seen["diff"] = seen.get("diff", "") + rev.diff
+        if rev.diff:
+            report.atomic_write(os.path.join(out_dir, "starter.diff"), seen["diff"] + "\n")
     if not opts.confined:
         flags.insert(0, "the build ran unconfined (--allow-unconfined-build): it could read "
                         "any file the grader can")
@@ -214,14 +225,23 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                     append=fabric_append(spec) + list(opts.append),
                     timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap)
     res = run.result
-    parsed = ktap.parse(res.channel, nonce=run.nonce)
-    events = ktap.scan_console(res.console)
+    # Every parser of guest output runs in a bounded child (guestout.py).
+    seen = guestout.read_bounded(res.channel, res.console, run.nonce, out_dir,
+                                 f"{sub_id}: the first failing run")
+    parsed, events = seen.parsed, seen.events
     console = res.console           # the log the clean_log verdict quotes
-    clean = res.status == "exited" and not events
+    clean = res.status == "exited" and not events and not seen.problem
     why = res.describe() if res.status != "exited" else ""
     if events:
         why = "; ".join(sorted({e.kind for e in events})) + " in the console log"
+    if seen.problem:
+        why = seen.problem
+        notes.append(seen.problem)
     hidden = None
+    # What the hidden tests' run printed reaches only the hidden tests' own
+    # outputs (their visibility), never clean_log, a note or the summary.
+    hidden_trouble: list[str] = []
+    hidden_unclean = False
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
         hrun = run_tests(lab, built.ko, opts.seeds, os.path.join(out_dir, "hidden"),
@@ -229,20 +249,36 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
                          append=fabric_append(spec, hidden=True) + list(opts.append),
                          timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap,
                          harness=spec.hidden_harness, smp=spec.hidden_smp)
-        hidden = ktap.parse(hrun.result.channel, nonce=hrun.nonce)
+        hseen = guestout.read_bounded(hrun.result.channel, hrun.result.console, hrun.nonce)
+        hidden = hseen.parsed
         if hrun.result.status != "exited":
-            notes.append("hidden tests: " + hrun.result.describe())
-        hevents = ktap.scan_console(hrun.result.console)
-        if hevents and clean:
-            clean, events, console = False, hevents, hrun.result.console
-            why = ("; ".join(sorted({e.kind for e in hevents}))
-                   + " in the console log of the hidden tests")
+            hidden_trouble.append("the hidden tests' run: " + hrun.result.describe())
+        if hseen.problem:
+            hidden_trouble.append(hseen.problem)
+        if hseen.events or hseen.problem:
+            hidden_unclean = True
+        if hseen.events:
+            hidden_trouble.append(
+                "; ".join(sorted({e.kind for e in hseen.events}))
+                + " in the console log of the hidden tests' run: a hidden test passes only "
+                  "with a clean console\n" + hseen.excerpt)
     host["clean_log"] = _host_outcome(
         spec, "clean_log", clean,
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = report.outcomes(spec, parsed, host, hidden)
-    picture = race_picture(res.channel, out_dir, f"{sub_id}: the first failing run")
+    if any(t.values().get("flush") == "none" and t.status.ok
+           for g in spec.ktap_tests if (t := parsed.root.find(g.name)) is not None):
+        flags.append("the race passed with no flush the cost test could see (no read-back, "
+                     "no mmiowb()): read how the fix orders the doorbell")
+    if hidden_trouble:
+        for t in tests:
+            if spec.test(t.name).source != "hidden":
+                continue
+            t.output += "\n\n" + "\n".join(hidden_trouble)
+            if hidden_unclean and t.status == "passed":
+                t.status, t.score = "failed", 0.0
+    picture = seen.picture
     if picture:
         failing = next((t for g in spec.per_seed_tests if g.source == "ktap"
                         for t in tests if t.name == g.name and t.status != "passed"), None)
@@ -250,8 +286,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
             failing.output += ("\n\n" + picture.text + "\nA picture of that run: race.html "
                                "(and race.svg) beside this report.")
             failing.html = picture.html
-    trusted, _, _ = ktap.trusted_lines(res.channel, run.nonce)
-    info = next((m.group(1) for line in trusted if (m := HARNESS_INFO.search(line))), "")
+    info = seen.info
     if res.status != "exited":
         notes.append(res.describe())
     return report.GradeResult(
@@ -262,31 +297,6 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         flags=flags)
 
 
-@dataclass
-class Picture:
-    text: str                   # what the trace shows, in words, and the excerpt
-    html: str                   # the picture, an inline SVG, for Gradescope
-
-
-def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
-    """The timeline of the first failing run the harness sent (vm/record,
-    RECORD_SEND=fail): race.svg and race.html in out_dir, and what it shows.
-    The trace comes from the guest, like the student's module: it draws a
-    picture and never decides a verdict."""
-    recs = [r for r in timeline.recordings_in(channel) if r.text]
-    if not recs:
-        return None
-    d = timeline.draw(recs[0].text, title=title)
-    if not d.svg:
-        return None
-    report.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
-    report.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
-    shows = d.finding.text if d.finding else d.summary
-    excerpt = "\n".join(d.excerpt.splitlines()[:40])
-    return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",
-                   f"<p>{html.escape(shows)}</p>{d.svg}")
-
-
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,
                 jobs: int = 1, progress=print) -> list[report.GradeResult]:
     """Grade (student id, path) pairs, jobs at a time. The gradebook (opts.out/
@@ -295,6 +305,9 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     was graded with the same key (grading_key) and not ended by a grader error."""
     book = os.path.join(opts.out, "gradebook.csv")
     os.makedirs(opts.out, exist_ok=True)
+    stale = remove_stale_scratch()
+    if stale:
+        progress(f"removed {len(stale)} scratch folder(s) of a grader that was killed")
     todo, results, kept = [], [], []
     for sub_id, path in entries:
         key = grading_key(spec, opts, path)

@@ -104,7 +104,7 @@ class Test:
         """
         out: dict[str, str] = {}
         for text in self.diagnostics() + [self.reason]:
-            for k, v in re.findall(r"([A-Za-z_][A-Za-z0-9_.]*)=(\S+)", text):
+            for k, v in key_values(text):
                 out[k] = v
         return out
 
@@ -140,21 +140,123 @@ class ParseResult:
         """Results for the tests a lab grades, by name; see module-level expect()."""
         return expect(self, names)
 
+    def to_dict(self) -> dict:
+        """A JSON-ready copy (the grader parses guest output in a bounded child)."""
+        return {"root": _test_dict(self.root), "version": self.version,
+                "trusted_lines": self.trusted_lines, "untrusted_lines": self.untrusted_lines,
+                "untrusted_sample": list(self.untrusted_sample), "errors": list(self.errors)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ParseResult":
+        return cls(root=_test_from(d["root"]), version=d["version"],
+                   trusted_lines=d["trusted_lines"], untrusted_lines=d["untrusted_lines"],
+                   untrusted_sample=list(d["untrusted_sample"]), errors=list(d["errors"]))
+
+
+def _test_dict(t: Test) -> dict:
+    return {"name": t.name, "status": t.status.value, "number": t.number,
+            "directive": t.directive, "reason": t.reason, "log": list(t.log),
+            "subtests": [_test_dict(c) for c in t.subtests], "expected_count": t.expected_count,
+            "errors": list(t.errors)}
+
+
+def _test_from(d: dict) -> Test:
+    return Test(name=d["name"], status=Status(d["status"]), number=d["number"],
+                directive=d["directive"], reason=d["reason"], log=list(d["log"]),
+                subtests=[_test_from(c) for c in d["subtests"]],
+                expected_count=d["expected_count"], errors=list(d["errors"]))
+
 
 # ---------------------------------------------------------------------------- lines
 
+# Every pattern applied to guest text is anchored and has no two unbounded
+# quantifiers that can trade characters (no backtracking blow-up); result and
+# subtest lines are read with str methods (_result, _subtest). Lines are cut
+# at MAX_LINE first, so no pattern ever sees a longer one.
 _TIMESTAMP = re.compile(r"^\s*\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])? ?")
 _VERSION = re.compile(r"^(\s*)(K?TAP) version (\d+)\s*$")
-_SUBTEST = re.compile(r"^(\s*)# Subtest: (.*?)\s*$")
 _PLAN = re.compile(r"^(\s*)1\.\.(\d+)\s*(?:#.*)?$")
-_RESULT = re.compile(r"^(\s*)(ok|not ok) (\d+)(?: - | -$| |$)([^#]*?)\s*(?:#\s*(.*?))?\s*$")
 _DIRECTIVES = ("SKIP", "TODO", "XFAIL", "TIMEOUT", "ERROR")
 _NONCE = re.compile(r"[A-Za-z0-9_-]{8,128}\Z")
 # Where the kernel's parser stops reading KTAP off a console (kunit_parser.KTAP_END).
 _KTAP_END = re.compile(r"\s*(List of all partitions:|Kernel panic - not syncing: VFS:|"
                        r"reboot: System halted)")
 _SAMPLE = 20
+MAX_MISSING = 1000      # tests a plan promised that get one CRASHED entry each
 MAX_DEPTH = 16          # nesting beyond this is diagnostics: untrusted text cannot recurse us dry
+#: The longest line of guest output any parser reads (a harness line is under 200
+#: characters). A longer harness line is replaced by CUT_LINE: it reports nothing.
+MAX_LINE = 4096
+CUT_LINE = "# mmiolab: a line of {} characters was not read (over the {}-character cap)"
+_KEY_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_KEY_REST = _KEY_FIRST | frozenset("0123456789.")
+
+
+def key_values(text: str) -> list[tuple[str, str]]:
+    """The key=value pairs of a line, in linear time: in each word, the first '='
+    with a key before it ([A-Za-z_][A-Za-z0-9_.]*) and a value after it (the rest
+    of the word), as re.findall(r"([A-Za-z_][A-Za-z0-9_.]*)=(\\S+)") would find
+    them, without its quadratic worst case on a long word."""
+    out = []
+    for word in text.split():
+        start = -1
+        for j, ch in enumerate(word):
+            if ch == "=":
+                if start >= 0 and j + 1 < len(word):
+                    out.append((word[start:j], word[j + 1:]))
+                    break
+                start = -1
+            elif ch in _KEY_REST:
+                if start < 0 and ch in _KEY_FIRST:
+                    start = j
+            else:
+                start = -1
+    return out
+
+
+class _Result:
+    """A parsed result line, read like the match of the old pattern
+    ^(\\s*)(ok|not ok) (\\d+)(?: - | -$| |$)([^#]*?)\\s*(?:#\\s*(.*?))?\\s*$:
+    group(1) indent, 2 ok/not ok, 3 number, 4 name, 5 directive text or None."""
+
+    def __init__(self, *groups: str | None):
+        self._groups = groups
+
+    def group(self, i: int) -> str | None:
+        return self._groups[i - 1]
+
+
+def _result(line: str) -> _Result | None:
+    body = line.lstrip()
+    indent = line[:len(line) - len(body)]
+    if body.startswith("ok "):
+        word, rest = "ok", body[3:]
+    elif body.startswith("not ok "):
+        word, rest = "not ok", body[7:]
+    else:
+        return None
+    n = 0
+    while n < len(rest) and rest[n] in "0123456789":
+        n += 1
+    if not n:
+        return None
+    number, rest = rest[:n], rest[n:]
+    if rest.startswith(" - "):
+        rest = rest[3:]
+    elif rest == " -":
+        rest = ""
+    elif rest.startswith(" "):
+        rest = rest[1:]
+    elif rest:
+        return None
+    name, hash_, tail = rest.partition("#")
+    return _Result(indent, word, number, name.rstrip(), tail.strip() if hash_ else None)
+
+
+def _subtest(line: str) -> str | None:
+    """The name of a '# Subtest: name' line, or None."""
+    body = line.lstrip()
+    return body[11:].rstrip() if body.startswith("# Subtest: ") else None
 
 
 def make_nonce() -> str:
@@ -174,7 +276,13 @@ def _split(text: str | Iterable[str]) -> Iterable[str]:
 
 
 def _clean(line: str) -> str:
-    return strip_timestamp(line.rstrip("\r\n").replace("\r", ""))
+    """A line without its timestamp and carriage returns, cut after MAX_LINE
+    characters (callers that must know check the raw length: _too_long)."""
+    return strip_timestamp(line[:MAX_LINE + 64].rstrip("\r\n").replace("\r", ""))[:MAX_LINE]
+
+
+def _too_long(raw: str) -> bool:
+    return len(raw) > MAX_LINE + 1 and len(raw.rstrip("\r\n")) > MAX_LINE
 
 
 def trusted_lines(text: str | Iterable[str], nonce: str) -> tuple[list[str], int, list[str]]:
@@ -193,7 +301,9 @@ def trusted_lines(text: str | Iterable[str], nonce: str) -> tuple[list[str], int
     head = nonce + " "
     for raw in lines:
         line = _clean(raw)
-        if line.startswith(head):
+        if line.startswith(head) and _too_long(raw):
+            good.append(CUT_LINE.format(len(raw), MAX_LINE))
+        elif line.startswith(head):
             good.append(line[len(head):])
         elif line == nonce:
             good.append("")
@@ -228,7 +338,7 @@ def _indent(line: str) -> int:
 
 
 def _is_structural(line: str) -> bool:
-    return bool(_VERSION.match(line) or _SUBTEST.match(line) or _RESULT.match(line))
+    return bool(_VERSION.match(line) or _subtest(line) is not None or _result(line))
 
 
 def _diagnostics(s: _Lines) -> list[str]:
@@ -240,7 +350,7 @@ def _diagnostics(s: _Lines) -> list[str]:
     return out
 
 
-def _apply_result(t: Test, m: re.Match) -> None:
+def _apply_result(t: Test, m: _Result) -> None:
     """Fill a test from its result line. A directive it does not know falls back to
     ok / not ok, as ktap.rst asks; ERROR and TIMEOUT never pass."""
     ok = m.group(2) == "ok"
@@ -277,7 +387,7 @@ def _parse_block(s: _Lines, t: Test, indent: int, nested: bool, depth: int = 0) 
             t.log.extend(pre)
             break
         planned_done = t.expected_count is not None and num > t.expected_count
-        rm = _RESULT.match(line)
+        rm = _result(line)
         if nested and rm:
             closes = _indent(line) < indent or planned_done or (
                 t.expected_count is None and t.name and rm.group(4).strip() == t.name)
@@ -312,19 +422,19 @@ def _parse_nested(s: _Lines, pre: list[str], depth: int) -> Test:
     first = s.pop()
     indent = _indent(first)
     if _VERSION.match(first):
-        sm = _SUBTEST.match(s.peek() or "")
-        if sm:
+        sm = _subtest(s.peek() or "")
+        if sm is not None:
             s.pop()
-            t.name = sm.group(2)
+            t.name = sm
     else:
-        t.name = _SUBTEST.match(first).group(2)    # type: ignore[union-attr]
+        t.name = _subtest(first) or ""
     pm = _PLAN.match(s.peek() or "")
     if pm:
         s.pop()
         t.expected_count = int(pm.group(2))
     _parse_block(s, t, indent, nested=True, depth=depth)
     t.log.extend(_diagnostics(s))
-    rm = _RESULT.match(s.peek() or "")
+    rm = _result(s.peek() or "")
     if rm and _indent(s.peek() or "") <= indent:
         s.pop()
         _apply_result(t, rm)
@@ -339,9 +449,13 @@ def _fill_missing(t: Test) -> None:
     """Tests promised by the plan that never reported are CRASHED."""
     if t.expected_count is None:
         return
-    for n in range(len(t.subtests) + 1, t.expected_count + 1):
+    last = min(t.expected_count, len(t.subtests) + MAX_MISSING)
+    for n in range(len(t.subtests) + 1, last + 1):
         t.subtests.append(Test(name="", status=Status.CRASHED, number=n,
                                errors=[f"test {n} of {t.expected_count} never reported"]))
+    if last < t.expected_count:     # a plan of 10^9 tests is not 10^9 objects
+        t.subtests.append(Test(name="", status=Status.CRASHED, number=last + 1, errors=[
+            f"tests {last + 1}-{t.expected_count} of {t.expected_count} never reported"]))
 
 
 def _bubble(t: Test) -> None:
@@ -405,7 +519,7 @@ def parse(text: str | Iterable[str], nonce: str | None = None) -> ParseResult:
         lines = []
         started = False
         for r in raw:
-            line = _clean(r)
+            line = CUT_LINE.format(len(r), MAX_LINE) if _too_long(r) else _clean(r)
             if not started and _VERSION.match(line):
                 started = True
             if started and _KTAP_END.match(line):
@@ -456,7 +570,9 @@ class ConsoleEvent:
     text: str
 
 
-_CONSOLE_PATTERNS = [
+# A pattern, or (first, then): a line with `first` and `then` after it (the
+# linear form of 'first.*then', which backtracks on a line full of `first`).
+_CONSOLE_PATTERNS: list[tuple[str, "re.Pattern[str] | tuple[str, str]"]] = [
     ("panic", re.compile(r"Kernel panic - not syncing")),
     ("oops", re.compile(r"\bOops\b|general protection fault|BUG: unable to handle")),
     ("bug", re.compile(r"kernel BUG at|\bBUG: (?!unable to handle)|list_(add|del) corruption")),
@@ -464,13 +580,21 @@ _CONSOLE_PATTERNS = [
                            r"inconsistent lock state|INFO: trying to register non-static key|"
                            r"suspicious RCU usage|possible irq lock inversion|"
                            r"WARNING: bad unlock balance|lock held when returning")),
-    ("hung", re.compile(r"INFO: task .* blocked for more than")),
-    ("softlockup", re.compile(r"watchdog: BUG: soft lockup|NMI watchdog: .*hard LOCKUP")),
+    ("hung", ("INFO: task ", " blocked for more than")),
+    ("softlockup", re.compile(r"watchdog: BUG: soft lockup")),
+    ("softlockup", ("NMI watchdog: ", "hard LOCKUP")),
     ("rcu", re.compile(r"rcu: INFO: rcu_\w+ (self-)?detected stall")),
     ("warning", re.compile(r"WARNING: CPU: \d+ PID: \d+|------------\[ cut here \]------------"
                            r"|WARNING: at ")),
     ("sanitizer", re.compile(r"\b(UBSAN|KASAN|KFENCE|KCSAN): ")),
 ]
+
+
+def _seen(pat: "re.Pattern[str] | tuple[str, str]", line: str) -> bool:
+    if isinstance(pat, tuple):
+        at = line.find(pat[0])
+        return at >= 0 and line.find(pat[1], at + len(pat[0])) >= 0
+    return pat.search(line) is not None
 
 
 def scan_console(text: str) -> list[ConsoleEvent]:
@@ -481,9 +605,9 @@ def scan_console(text: str) -> list[ConsoleEvent]:
     """
     events = []
     for i, raw in enumerate(text.split("\n")):
-        line = _clean(raw)
+        line = _clean(raw)          # at most MAX_LINE characters
         for kind, pat in _CONSOLE_PATTERNS:
-            if pat.search(line):
+            if _seen(pat, line):
                 if kind == "bug" and "soft lockup" in line:
                     continue
                 events.append(ConsoleEvent(kind, i, line.strip()[:300]))

@@ -102,6 +102,37 @@ def scratch_root() -> str:
     return d
 
 
+_OWNED = re.compile(r"[a-z]+-(\d+)-")
+
+
+def new_scratch(prefix: str) -> str:
+    """A fresh scratch folder, named for this process ('grade-PID-...'), so that
+    remove_stale_scratch() can tell one a killed grader left behind."""
+    return tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=scratch_root())
+
+
+def remove_stale_scratch() -> list[str]:
+    """Remove the scratch folders of graders that are gone (killed: no `finally`
+    ran), with the student files in them; the names removed. A folder whose
+    process still runs (a parallel grader) is left alone."""
+    gone = []
+    root = scratch_root()
+    for name in sorted(os.listdir(root)):
+        m = _OWNED.match(name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:         # alive, someone else's
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        gone.append(name)
+    return gone
+
+
 def confinement() -> tuple[bool, str]:
     """Whether module builds can be confined here; (ok, why not)."""
     return sandbox.probe(kernel_tree(), scratch_root())
@@ -131,7 +162,7 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
     (sandbox.py); the .ko, build.log and objdump.txt land in workdir."""
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    box = tempfile.mkdtemp(prefix="build-", dir=scratch_root())
+    box = new_scratch("build")
     try:
         os.chmod(box, 0o711)
         src = os.path.join(box, "src")
@@ -193,7 +224,7 @@ def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
 def disassemble(ko: str, confined: bool = True) -> str:
     """objdump -d -r of a module, itself confined: binutils reading a file a student
     shaped is one more parser to keep away from the host."""
-    box = tempfile.mkdtemp(prefix="objdump-", dir=scratch_root())
+    box = new_scratch("objdump")
     try:
         os.chmod(box, 0o711)
         src = os.path.join(box, "src")

@@ -124,6 +124,9 @@ class LabSpec:
     path: str = ""
     fixture_base: str = ""
     symbols_from: str = ""          # the lab whose allow-list this one borrows
+    # The functions of the starter a fix (right or plausibly wrong) changes: a
+    # submission that changes others is flagged for the instructor (objcheck.review).
+    fix_functions: tuple[str, ...] = ()
     hidden_smp: int = 0             # vCPUs of the hidden tests' guest; 0: no hidden tests
     hidden_fabric: dict[str, Any] = field(default_factory=dict)   # lab.toml's, overridden
 
@@ -260,7 +263,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     v = _Validator(path)
     v.keys(data, "", required={"schema", "name", "title", "module", "files", "symbols",
                                "default_seeds", "tests"},
-           optional={"limits", "fabric", "symbols_from", "fixture_base"})
+           optional={"limits", "fabric", "symbols_from", "fixture_base", "fix_functions"})
     if data["schema"] != SCHEMA:
         v.fail("schema", f"this grader reads schema {SCHEMA}, got {data['schema']!r}")
     name = v.string(data, "name", _LAB_NAME, "a lab name ([a-z][a-z0-9_-]*)")
@@ -288,6 +291,10 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
             if "symbols_from" in tomllib.load(f):    # one level: no chains, no loops
                 v.fail("symbols_from", f"lab {other!r} borrows its symbols too")
         symbols = symbols + list(load(other_path).symbols)
+    fix_functions = v.string_list(data, "fix_functions") if "fix_functions" in data else []
+    for i, f in enumerate(fix_functions):
+        if not _C_IDENT.match(f):
+            v.fail(f"fix_functions[{i}]", f"{f!r} is not a C identifier")
     fixture_base = data.get("fixture_base", "")
     if not isinstance(fixture_base, str) or fixture_base.startswith("/") or ".." in fixture_base:
         v.fail("fixture_base", "must be a path inside the lab's folder")
@@ -301,7 +308,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     return LabSpec(name=name, title=title, module=module, files=tuple(files),
                    symbols=frozenset(symbols), default_seeds=tuple(seeds), tests=tests,
                    limits=limits, fabric=fabric, path=path, fixture_base=fixture_base,
-                   symbols_from=other)
+                   symbols_from=other, fix_functions=tuple(fix_functions))
 
 
 class _Validator:

@@ -321,3 +321,184 @@ _SOURCE_FLAGS = [
 def source_flags(text: str) -> list[str]:
     """What in a source deserves a look (a hint: macros can hide any of it)."""
     return [f"the source uses {what}" for rx, what in _SOURCE_FLAGS if rx.search(text)]
+
+
+# ---------------------------------------------------------------------------- review
+
+# What a driver reaching into kernel memory looks like in its source (issue 24),
+# looked for only in the lines a submission adds or changes against the starter.
+# Every pattern is literal words or a run of blanks between literals: linear on
+# any line.
+_WALKING = [
+    (re.compile(r"\b(?:PAGE_OFFSET|page_offset_base|__va|__pa|phys_to_virt|virt_to_phys|"
+                r"virt_to_page|pfn_to_page|page_to_pfn|page_to_virt|page_address|"
+                r"pfn_to_kaddr|max_pfn|high_memory|vmemmap_base|vmalloc_base|"
+                r"__START_KERNEL_map|phys_base|PAGE_MASK|__PAGE_OFFSET)\b"),
+     "direct-map or page arithmetic"),
+    (re.compile(r"\bcurrent\s*->\s*(?:fs|mm|active_mm|files|cred|real_parent|parent|"
+                r"group_leader|tasks|nsproxy)\b|\b(?:init_task|init_mm|for_each_process|"
+                r"find_vpid|pid_task|get_task_mm|mm_struct|fs_struct|files_struct|"
+                r"address_space|i_mapping|f_mapping|d_inode|find_get_page|"
+                r"swapper_pg_dir|pgd_offset|p4d_offset|pud_offset|pmd_offset|"
+                r"pte_offset_kernel|lookup_address|kallsyms_lookup_name)\b"),
+     "current->fs, current->mm or other kernel structures a driver does not need"),
+    (re.compile(r"\b(?:__)?(?:copy_from_user|copy_to_user|get_user|put_user|"
+                r"strncpy_from_user|copy_from_kernel_nofault|copy_to_kernel_nofault|"
+                r"get_kernel_nofault|access_ok|user_access_begin|unsafe_get_user|"
+                r"unsafe_put_user|raw_copy_from_user|raw_copy_to_user)\b"),
+     "user-copy helpers (a fix needs none)"),
+    (re.compile(r"\*\s*\(\s*(?:const\s+)?(?:volatile\s+)?(?:unsigned\s+)?"
+                r"(?:long|int|char|short|u8|u16|u32|u64|void|uintptr_t|size_t)\s*\*+\s*\)"
+                r"|\(\s*(?:unsigned\s+long|uintptr_t|u64|long|size_t|phys_addr_t)\s*\)"
+                r"|\b0x[fF]{6}[0-9a-fA-F]{4,}|\b(?:memmem|strnstr|memchr)\b"),
+     "integer casts of pointers, raw reads through casts or kernel-address constants "
+     "(memory scanning)"),
+]
+MAX_REVIEW_LINES = 20000
+MAX_DIFF_CHARS = 64 << 10
+
+
+def _code_only(text: str) -> str:
+    """The text with comments and string and character literals blanked out,
+    newlines kept (so line numbers hold); one linear pass."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(c + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def functions(code: str) -> list[tuple[str, int, int]]:
+    """(name, first line, last line) of each function definition at file scope
+    of comment-free C (lines 1-based): a '{' at depth 0 after a '(' with no '='
+    or ';' between, its name the identifier before the first '('."""
+    # Preprocessor lines (and their continuations) are not declarations.
+    lines, cont = code.split("\n"), False
+    for i, ln in enumerate(lines):
+        if cont or ln.lstrip().startswith("#"):
+            cont = ln.endswith("\\")
+            lines[i] = ""
+    code = "\n".join(lines)
+    out = []
+    depth, line, start, name = 0, 1, 1, ""
+    head: list[str] = []
+    for c in code:
+        if c == "\n":
+            line += 1
+        if depth == 0:
+            if c == "{":
+                h = "".join(head)
+                at = h.find("(")
+                if at > 0 and "=" not in h:
+                    k = len(h[:at].rstrip())
+                    j = k
+                    while j > 0 and (h[j - 1].isalnum() or h[j - 1] == "_"):
+                        j -= 1
+                    name, start = h[j:k], line - h.count("\n") + h[:j].count("\n")
+                else:
+                    name = ""
+                head = []
+                depth = 1
+            elif c in ";}":
+                head = []
+            else:
+                head.append(c)
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0 and name:
+                out.append((name, start, line))
+                name = ""
+    return out
+
+
+def _where(funcs: list[tuple[str, int, int]], lineno: int) -> str:
+    return next((f for f, a, b in funcs if a <= lineno <= b), "")
+
+
+@dataclass
+class Review:
+    diff: str = ""                  # unified diff against the starter (capped)
+    changed: int = 0                # lines added or removed (blank and comment lines aside)
+    functions: list[str] = field(default_factory=list)   # functions the changes touch
+    flags: list[str] = field(default_factory=list)
+
+
+def review(starter: str, text: str, fix_functions: Iterable[str] = (),
+           name: str = "ringdrv.c") -> Review:
+    """A submission against the starter, for the instructor: the diff, the
+    functions it changes, and flags when it changes functions outside
+    fix_functions (or file-scope code other than an #include of the kernel's
+    headers) or its new code walks kernel memory (_WALKING). Flags change no
+    score."""
+    import difflib
+    r = Review()
+    a_lines, b_lines = starter.split("\n"), text.split("\n")
+    if len(b_lines) > MAX_REVIEW_LINES:
+        r.flags.append(f"the source has {len(b_lines)} lines: not compared with the starter")
+        return r
+    diff = "\n".join(difflib.unified_diff(a_lines, b_lines, f"starter/{name}", name,
+                                          lineterm=""))
+    r.diff = diff if len(diff) <= MAX_DIFF_CHARS else (
+        diff[:MAX_DIFF_CHARS] + f"\n[... {len(diff) - MAX_DIFF_CHARS} more characters cut]")
+    a_code, b_code = _code_only(starter), _code_only(text)
+    a_norm = [" ".join(x.split()) for x in a_code.split("\n")]
+    b_norm = [" ".join(x.split()) for x in b_code.split("\n")]
+    a_funcs, b_funcs = functions(a_code), functions(b_code)
+    touched: set[str] = set()
+    added: list[str] = []
+    outside_scope = False
+    sm = difflib.SequenceMatcher(None, a_norm, b_norm, autojunk=False)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            continue
+        for i in range(i1, i2):
+            if a_norm[i]:
+                r.changed += 1
+                f = _where(a_funcs, i + 1)
+                touched.add(f)
+                outside_scope |= not f
+        for j in range(j1, j2):
+            if b_norm[j]:
+                r.changed += 1
+                added.append(b_norm[j])
+                f = _where(b_funcs, j + 1)
+                if f:
+                    touched.add(f)
+                elif not re.match(r"#\s*include\s*<(?:linux|asm)/[\w/.-]+>\Z", b_norm[j]):
+                    outside_scope = True
+                    touched.add("")
+    r.functions = sorted(f for f in touched if f)
+    fix = set(fix_functions)
+    if fix:
+        out = sorted(f for f in touched if f and f not in fix)
+        if outside_scope:
+            out.append("file-scope code")
+        if out:
+            r.flags.append("changes outside the functions a fix touches ("
+                           + ", ".join(sorted(fix)) + "): " + ", ".join(out))
+    body = "\n".join(added)
+    for rx, what in _WALKING:
+        hits = sorted({m.group(0).strip() for m in rx.finditer(body)})
+        if hits:
+            shown = ", ".join(hits[:5]) + (f" and {len(hits) - 5} more" if len(hits) > 5 else "")
+            r.flags.append(f"kernel-memory walking? the new code uses {what}: {shown}")
+    return r

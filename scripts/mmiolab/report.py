@@ -134,6 +134,8 @@ class GradeResult:
     # What the grade depends on (lab, seeds, cmds, fabric, kit, submission digest):
     # --resume re-grades when any of it differs.
     key: dict[str, Any] = field(default_factory=dict)
+    # The submission against the lab's starter (unified diff), for the instructor.
+    diff: str = ""
     graded_at: str = field(default_factory=lambda: _now())
     host: str = field(default_factory=socket.gethostname)
 
@@ -213,15 +215,24 @@ def plain_words(test: ktap.Test) -> list[str]:
     return out
 
 
+#: The rule for a race passed with no flush the cost test could see ('flush=none':
+#: under half a read-back and half an mmiowb() per command): no cost marks, and
+#: a flag (grade.py), since whatever passed the race did it some other way.
+NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
+            "cost marks are only for a flush it can see; the instructor reads the code")
+
+
 def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
     """Score one harness-reported test of a lab (graded: a labspec.GradedTest).
 
     A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
     harness grades partially (the cost test: a read-back fix is correct but
-    heavier); anything else earns nothing.
+    heavier), and nothing when it says 'flush=none' whatever the fraction
+    (NO_FLUSH); anything else earns nothing.
     """
     status = status_word(test.status)
     score = 0.0
+    no_flush = test.values().get("flush") == "none"
     if test.status is ktap.Status.PASS:
         frac = 1.0
         raw = test.values().get("fraction")
@@ -232,10 +243,14 @@ def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
                 frac = 0.0
             if math.isnan(frac):
                 frac = 0.0
+        if no_flush:
+            frac = 0.0
         score = round(graded.points * frac, 2)
     body = [graded.description, "", f"result: {status}" + (
         f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
     body += [f"why: {w}" for w in plain_words(test)]
+    if no_flush and test.status is ktap.Status.PASS:
+        body.append(f"why: {NO_FLUSH}")
     detail = test.text().strip("\n")
     if detail:
         body += ["", detail]
@@ -353,6 +368,7 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "host": result.host,
         "notes": result.notes,
         "flags": result.flags,
+        "diff": result.diff,
         "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
@@ -397,7 +413,8 @@ def load_results_json(path: str) -> GradeResult:
             console_log=extra.get("console_log"), submission=extra.get("submission", ""),
             verdict=extra.get("verdict", "graded"), notes=list(extra.get("notes", [])),
             graded_at=extra.get("graded_at", ""), host=extra.get("host", ""),
-            flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})))
+            flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})),
+            diff=str(extra.get("diff", "")))
     except ReportError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -443,7 +460,8 @@ def junit_xml(result: GradeResult) -> str:
         elif t.status == "skipped":
             ET.SubElement(case, "skipped", {"message": msg})
         ET.SubElement(case, "system-out").text = text
-    ET.SubElement(suite, "system-out").text = _cap(_clean_text(summary_text(result)), MAX_OUTPUT)
+    ET.SubElement(suite, "system-out").text = _cap(_clean_text(summary_text(result, False)),
+                                                   MAX_OUTPUT)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -468,12 +486,21 @@ def write_junit(result: GradeResult, path: str) -> None:
 
 # ---------------------------------------------------------------------------- summary
 
-def summary_text(result: GradeResult) -> str:
+def summary_text(result: GradeResult, student: bool = True) -> str:
     """What a student or instructor reads: the score, what failed and why in plain
-    words, how to replay it, and the part of the console log that matters."""
-    width = max([len(t.name) for t in result.tests] + [4])
-    out = [f"mmiolab {result.lab}: {result.submission_id}: "
-           f"{_num(result.score)}/{_num(result.max_score)}",
+    words, how to replay it, and the part of the console log that matters.
+
+    student (results.json's top-level output, summary.txt): tests that are not
+    "visible" are left out, names, scores, outputs and all, and so are their
+    points in the score shown; they are seen with their own visibility in
+    results.json. The instructor's version (student=False, JUnit) has them all."""
+    shown = [t for t in result.tests if not student or t.visibility == "visible"]
+    held = [t for t in result.tests if t not in shown]
+    width = max([len(t.name) for t in shown] + [4])
+    score, most = sum(t.score for t in shown), sum(t.max_score for t in shown)
+    out = [f"mmiolab {result.lab}: {result.submission_id}: {_num(score)}/{_num(most)}"
+           + (f" (visible tests; {len(held)} more tests, {_num(sum(t.max_score for t in held))}"
+              f" points, are shown when grades are published)" if held else ""),
            f"graded {result.graded_at} on {result.host} in {result.execution_time:.1f}s"]
     if result.submission:
         out.append(f"submission: {result.submission}")
@@ -482,10 +509,10 @@ def summary_text(result: GradeResult) -> str:
     out += [f"note: {n}" for n in result.notes]
     out += [f"flagged for the instructor: {f}" for f in result.flags]
     out.append("")
-    for t in result.tests:
+    for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()
         out.append(f"  {word:8} {t.name:{width}}  {_num(t.score):>5}/{_num(t.max_score)}")
-    failed = result.failed
+    failed = [t for t in result.failed if t in shown]
     if failed:
         out += ["", "What failed and why:"]
         for t in failed:

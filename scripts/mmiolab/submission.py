@@ -37,15 +37,12 @@ import bz2
 import errno
 import gzip
 import hashlib
-import json
 import lzma
 import os
 import re
 import shutil
 import stat
 import struct
-import subprocess
-import sys
 import tarfile
 import tempfile
 import unicodedata
@@ -890,32 +887,25 @@ def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
 
 INTAKE_TIMEOUT = 60.0
 INTAKE_MEMORY = 1 << 30
-_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None,
                    limits: IntakeLimits = DEFAULT_LIMITS, timeout: float = INTAKE_TIMEOUT,
                    memory: int = INTAKE_MEMORY) -> Intake:
-    """intake() in a child process that may use `timeout` seconds and `memory` bytes:
-    the caps above bound what an archive may expand to, this bounds what reading it
-    may cost (a decompressor or a parser that a crafted file sends astray)."""
+    """intake() in a child process that may use `timeout` seconds and `memory` bytes
+    (bounded.call): the caps above bound what an archive may expand to, this bounds
+    what reading it may cost (a decompressor or a parser that a crafted file sends
+    astray)."""
+    from . import bounded
     scratch = _prepare_scratch(scratch)
-    request = json.dumps({"allowed": list(allowed), "limits": asdict(limits)})
-    cmd = ["/usr/bin/prlimit", f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
-           sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-           "from mmiolab.submission import _intake_child; _intake_child()",
-           _SCRIPTS, os.fsencode(path), scratch, request]
-    why = ""
+    # A path is bytes to the OS: undecodable ones travel as surrogate escapes.
+    request = {"path": os.fsdecode(os.fsencode(path)), "scratch": scratch,
+               "allowed": list(allowed), "limits": asdict(limits)}
     try:
-        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
-        if res.returncode == 0:
-            return Intake.from_dict(json.loads(res.stdout))
-        why = (f"reading it failed ({res.stderr.decode(errors='replace').strip().splitlines()[-1]})"
-               if res.stderr.strip() else f"reading it was stopped (status {res.returncode})")
-    except subprocess.TimeoutExpired:
-        why = f"reading it took more than {timeout:.0f}s"
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        why = f"reading it failed ({e})"
+        return Intake.from_dict(bounded.call("submission:_intake_child", request, timeout,
+                                             memory))
+    except (bounded.Stopped, KeyError, TypeError) as e:
+        why = str(e) if isinstance(e, bounded.Stopped) else f"reading it failed ({e})"
     for name in os.listdir(scratch):                 # a child stopped half way
         full = os.path.join(scratch, name)
         shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
@@ -924,24 +914,31 @@ def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None
                           f"and {memory >> 20} MiB (a crafted archive?)")
 
 
-def _intake_child() -> None:
-    """Entry point of the bounded intake's child: argv scripts, path, scratch, request."""
-    path, scratch, req = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    r = intake(path, req["allowed"], scratch, IntakeLimits(**req["limits"]))
-    sys.stdout.write(json.dumps(r.to_dict()))
+def _intake_child(req: dict[str, Any]) -> dict[str, Any]:
+    """The bounded intake's child (bounded.call): the request's path into its scratch."""
+    return intake(req["path"], req["allowed"], req["scratch"],
+                  IntakeLimits(**req["limits"])).to_dict()
 
 
 # ---------------------------------------------------------------------------- identity
 
-def fingerprint(path: str, cap: int = DEFAULT_LIMITS.max_archive_bytes) -> str:
-    """A digest of a submission as handed in (a file's bytes, a folder's names, types
-    and contents, links not followed), so that --resume can tell a changed one.
-    Bytes past `cap` per file count by size only: intake refuses such files anyway."""
+def fingerprint(path: str, allowed: Sequence[str] = (),
+                limits: IntakeLimits = DEFAULT_LIMITS) -> str:
+    """A digest of a submission as handed in, so that --resume can tell a changed
+    one, reading only what intake would read, under its caps: a .c file's first
+    max_file_bytes + 1 bytes; an archive's bytes if it is within
+    max_archive_bytes (else its size only: intake refuses it unread); a
+    folder's names, types and sizes (links not followed, at most max_depth deep
+    and max_members entries, as intake walks it) and the contents of the files
+    named as the lab allows (their first max_file_bytes + 1 bytes). A folder of
+    thousands of big or sparse files costs a listing, not a read."""
     h = hashlib.sha256()
+    names = set(allowed)
+    seen = [0]
 
-    def file(p: str) -> None:
+    def file(p: str, cap: int, dir_fd: int | None = None) -> None:
         try:
-            fd = os.open(p, _FILE_FLAGS)
+            fd = os.open(p, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as e:
             h.update(f"unreadable {e.errno}".encode())
             return
@@ -949,32 +946,69 @@ def fingerprint(path: str, cap: int = DEFAULT_LIMITS.max_archive_bytes) -> str:
             st = os.fstat(f.fileno())
             h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
             if stat.S_ISREG(st.st_mode):
-                left = cap
-                while left > 0:
-                    chunk = f.read(min(1 << 20, left))
-                    if not chunk:
-                        break
-                    h.update(chunk)
-                    left -= len(chunk)
+                h.update(f.read(cap + 1))
+
+    def walk(dfd: int, prefix: str, depth: int) -> None:
+        try:
+            entries = sorted(os.listdir(dfd))
+        except OSError as e:
+            h.update(f"unlistable {e.errno}".encode())
+            return
+        for name in entries:
+            seen[0] += 1
+            if seen[0] > limits.max_members:
+                h.update(b"more entries than intake reads")
+                return
+            h.update(os.fsencode(prefix + name) + b"\0")
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError as e:
+                h.update(f"unstatable {e.errno}".encode())
+                continue
+            h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    h.update(b"link " + os.fsencode(os.readlink(name, dir_fd=dfd)))
+                except OSError:
+                    pass
+            elif stat.S_ISDIR(st.st_mode) and depth < limits.max_depth:
+                try:
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+                except OSError as e:
+                    h.update(f"unopenable {e.errno}".encode())
+                    continue
+                try:
+                    walk(sub, prefix + name + "/", depth + 1)
+                finally:
+                    os.close(sub)
+            elif stat.S_ISREG(st.st_mode) and name in names:
+                file(name, limits.max_file_bytes, dfd)
 
     try:
         st = os.lstat(path)
     except OSError as e:
         return f"missing:{e.errno}"
     if stat.S_ISDIR(st.st_mode):
-        for top, dirs, files in os.walk(path):
-            dirs.sort()
-            for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
-                full = os.path.join(top, name)
-                h.update(os.fsencode(os.path.relpath(full, path)) + b"\0")
-                if os.path.islink(full):
-                    h.update(b"link " + os.fsencode(os.readlink(full)))
-                else:
-                    file(full)
+        try:
+            top = os.open(path, _DIR_FLAGS)
+        except OSError as e:
+            return f"unreadable:{e.errno}"
+        try:
+            walk(top, "", 0)
+        finally:
+            os.close(top)
     elif stat.S_ISLNK(st.st_mode):
         h.update(b"link " + os.fsencode(os.readlink(path)))
+    elif stat.S_ISREG(st.st_mode):
+        kind, _ = _kind(path, st)
+        if kind == "file":
+            file(path, limits.max_file_bytes)
+        elif kind != "unknown" and st.st_size <= limits.max_archive_bytes:
+            file(path, limits.max_archive_bytes)
+        else:
+            h.update(f"{kind} of {st.st_size} bytes: intake reads none of it".encode())
     else:
-        file(path)
+        h.update(f"special {stat.S_IFMT(st.st_mode)}".encode())
     return "sha256:" + h.hexdigest()
 
 

@@ -42,16 +42,20 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
-import gzip
 import html
 import re
 import zlib
 from dataclasses import dataclass, field
 
+# Applied to a line with its leading blanks removed ('^\s*(?P<task>.*?)' backtracks
+# quadratically on a line of blanks), and never to a line over MAX_LINE.
 LINE_RE = re.compile(
-    r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<tcpu>\d+)\]\s+"
+    r"^(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<tcpu>\d+)\]\s+"
     r"(?:(?P<flags>[^\s:]{4,6})\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s*(?P<rest>.*)$")
-FIELD_RE = re.compile(r"(\w+)=(\S+)")
+#: The longest trace line read (ftrace's are under 200 characters); longer ones
+#: are skipped. A recording is inflated to at most MAX_RECORDING bytes.
+MAX_LINE = 4096
+MAX_RECORDING = 16 << 20
 HEADER_RE = re.compile(r"^#\s*(?P<key>[a-z_]+):\s*(?P<value>.*)$")
 ENTRIES_RE = re.compile(r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)")
 LOST_RE = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]")
@@ -177,6 +181,8 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     """
     header, events, overwritten, lost = {}, [], 0, 0
     for n, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            continue
         if line.startswith("#"):
             m = HEADER_RE.match(line)
             if m:
@@ -189,11 +195,11 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
         if m:
             lost += int(m.group(2))
             continue
-        m = LINE_RE.match(line)
+        m = LINE_RE.match(line.lstrip())
         if not m or m["event"] not in EVENTS:
             continue
         rest = m["rest"]
-        fields = {k: v for k, v in FIELD_RE.findall(rest)}
+        fields = _fields(rest)
         flags = {w for w in rest.split() if "=" not in w}
         sec, frac = m["ts"].split(".")
         ts_ns = int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
@@ -211,6 +217,27 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     # The same loss may be told both ways (the header's count, a LOST line).
     tr.lost = max(overwritten, lost)
     return tr
+
+
+def _fields(rest: str) -> dict:
+    """key=value words (key: word characters), in linear time: in each word, the
+    first '=' with a key before it and a value after it, as
+    re.findall(r"(\\w+)=(\\S+)") finds them, without its quadratic worst case."""
+    out = {}
+    for word in rest.split():
+        start = -1
+        for j, ch in enumerate(word):
+            if ch == "=":
+                if start >= 0 and j + 1 < len(word):
+                    out[word[start:j]] = word[j + 1:]
+                    break
+                start = -1
+            elif ch.isalnum() or ch == "_":
+                if start < 0:
+                    start = j
+            else:
+                start = -1
+    return out
 
 
 def fabric_routes(params: str) -> list:
@@ -970,20 +997,46 @@ class Recording:
     problem: str = ""       # why it is incomplete
 
 
+class TooLarge(ValueError):
+    """Compressed data that inflates to more than its cap."""
+
+
+def gunzip(data: bytes, cap: int = MAX_RECORDING) -> bytes:
+    """gzip.decompress with an output cap: reads at most cap + 1 bytes of output
+    (and each gzip member in turn) and raises TooLarge past cap, so a small
+    crafted stream cannot fill the host's memory."""
+    out = bytearray()
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        chunk = d.decompress(data, cap + 1 - len(out))
+        out += chunk
+        while len(out) <= cap and d.unconsumed_tail and not d.eof:
+            out += d.decompress(d.unconsumed_tail, cap + 1 - len(out))
+        if len(out) > cap:
+            raise TooLarge(f"it inflates to more than {cap >> 20} MiB")
+        if not d.eof:
+            raise EOFError("the gzip stream is cut short")
+        data = d.unused_data.lstrip(b"\0")
+    return bytes(out)
+
+
 def recordings_in(data: str) -> list[Recording]:
     """The recordings vm/record sent on a serial line (gzip'd, base64'd, between
-    marker lines), in the order sent; everything between them is ignored."""
+    marker lines), in the order sent; everything between them is ignored. Each
+    is inflated to at most MAX_RECORDING bytes."""
     out, cur, body = [], None, []
     for line in data.replace("\r", "").split("\n"):
-        m = RECORD_RE.match(line)
+        m = RECORD_RE.match(line) if len(line) < 80 else None
         if m and m.group(2) == "begin":
             if cur is not None:
                 out.append(Recording(cur, "", "another recording began before it ended"))
             cur, body = int(m.group(1)), []
         elif m and cur is not None and int(m.group(1)) == cur:
             try:
-                text = gzip.decompress(base64.b64decode("".join(body), validate=True))
+                text = gunzip(base64.b64decode("".join(body), validate=True))
                 out.append(Recording(cur, text.decode("utf-8", "replace")))
+            except TooLarge as e:
+                out.append(Recording(cur, "", f"it was not read: {e}"))
             except (binascii.Error, OSError, EOFError, zlib.error) as e:
                 out.append(Recording(cur, "", f"it arrived damaged ({e})"))
             cur = None

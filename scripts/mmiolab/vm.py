@@ -37,8 +37,10 @@ QBOOT = "/usr/share/qemu/qboot.rom"
 KERNEL = kernel.BZIMAGE
 DEBUG_EXIT = "isa-debug-exit,iobase=0xf4,iosize=0x04"
 PANIC_MARK = "Kernel panic - not syncing"
+# loglevel=5: the console shows KERN_WARNING and above, so a driver's WARN()
+# reaches the console that clean_log scans (with loglevel=4 it never did).
 BASE_APPEND = ["console=ttyS0", "panic=-1", "oops=panic", "panic_on_warn=0",
-               "loglevel=4", "tsc=reliable", "no_timer_check"]
+               "loglevel=5", "tsc=reliable", "no_timer_check"]
 # The events vm/record traces, enabled at boot for the guests that record
 # (graded runs, the lab VM), while only the boot CPU runs. Enabling an event
 # rewrites kernel text (int3, then the jump); done in a running 2-CPU TCG

@@ -82,7 +82,9 @@ if [ "$race" = ok ]; then
 	END {
 		rpc = n ? r / n : 0; wpc = n ? w / n : 0
 		flush = rpc > 0.5 ? "readback" : (wpc > 0.5 ? "mmiowb" : "none")
-		frac = rpc > 0.5 ? "0.5" : "1"; thr = NR ? t / NR : 0
+		# No flush seen: no cost marks (report.py enforces it too); the
+		# grader flags the submission for the instructor to read.
+		frac = rpc > 0.5 ? "0.5" : (wpc > 0.5 ? "1" : "0"); thr = NR ? t / NR : 0
 		printf "# cost: flush=%s reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f fraction=%s\n", flush, rpc, wpc, thr, frac
 		print "ok 4 cost"
 	}' /tmp/cost | tag

@@ -1,0 +1,118 @@
+"""Read what a graded guest printed, on the host, bounded.
+
+Everything a guest prints is shaped by the student's module: the harness
+channel (KTAP lines tagged with the run's nonce, and the trace recordings
+vm/record sends untagged), and the console. Every parser of it is built to
+be linear (ktap.py, timeline.py: lines cut at MAX_LINE, no backtracking
+patterns, recordings inflated to at most timeline.MAX_RECORDING), and the
+grader still runs them all in one child bounded in time and memory
+(bounded.call, as intake does), so that a parser bug or a cap we missed
+costs one submission a graded, explained failure, never the batch.
+
+read() is the step itself (also the child's body, via _child); read_bounded()
+is what the grader calls.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass, field
+
+from . import bounded, ktap, report, timeline
+
+READ_TIMEOUT = 60.0
+READ_MEMORY = 1 << 30
+HARNESS_INFO = "# mmiolab harness: "
+
+
+@dataclass
+class Picture:
+    text: str                   # what the trace shows, in words, and the excerpt
+    html: str                   # the picture, an inline SVG, for Gradescope
+
+
+@dataclass
+class GuestOutput:
+    """What the grader takes from one run's channel and console."""
+    parsed: ktap.ParseResult
+    events: list[ktap.ConsoleEvent] = field(default_factory=list)
+    excerpt: str = ""           # the console excerpt a person should read
+    info: str = ""              # the harness's own '# mmiolab harness: ...' line
+    picture: Picture | None = None
+    problem: str = ""           # why the output could not be read ('' if it was)
+
+
+def harness_info(trusted: list[str]) -> str:
+    """The rest of the first trusted '# mmiolab harness: ...' line ('' if none)."""
+    for line in trusted:
+        at = line.find(HARNESS_INFO)
+        if at >= 0:
+            return line[at + len(HARNESS_INFO):]
+    return ""
+
+
+def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
+    """The timeline of the first failing run the harness sent (vm/record,
+    RECORD_SEND=fail): race.svg and race.html in out_dir, and what it shows.
+    The trace comes from the guest, like the student's module: it draws a
+    picture and never decides a verdict."""
+    recs = [r for r in timeline.recordings_in(channel) if r.text]
+    if not recs:
+        return None
+    d = timeline.draw(recs[0].text, title=title)
+    if not d.svg:
+        return None
+    report.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
+    report.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
+    shows = d.finding.text if d.finding else d.summary
+    excerpt = "\n".join(d.excerpt.splitlines()[:40])
+    return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",
+                   f"<p>{html.escape(shows)}</p>{d.svg}")
+
+
+def read(channel: str, console: str, nonce: str, picture_dir: str = "",
+         title: str = "") -> GuestOutput:
+    """Parse one run's output in this process (see read_bounded)."""
+    parsed = ktap.parse(channel, nonce=nonce)
+    trusted, _, _ = ktap.trusted_lines(channel, nonce)
+    events = ktap.scan_console(console)
+    out = GuestOutput(parsed, events, ktap.console_excerpt(console, events),
+                      harness_info(trusted))
+    if picture_dir:
+        out.picture = race_picture(channel, picture_dir, title)
+    return out
+
+
+def _child(req: dict) -> dict:
+    g = read(req["channel"], req["console"], req["nonce"], req["picture_dir"], req["title"])
+    return {"parsed": g.parsed.to_dict(), "events": [[e.kind, e.line_no, e.text] for e in g.events],
+            "excerpt": g.excerpt, "info": g.info,
+            "picture": [g.picture.text, g.picture.html] if g.picture else None}
+
+
+def unread(problem: str) -> GuestOutput:
+    """A run whose output could not be read: every test it should have reported
+    never reported (CRASHED), and the console is not clean."""
+    parsed = ktap.ParseResult(root=ktap.Test(name="main", errors=[problem]))
+    parsed.errors.append(problem)
+    return GuestOutput(parsed, problem=problem)
+
+
+def read_bounded(channel: str, console: str, nonce: str, picture_dir: str = "",
+                 title: str = "", timeout: float = READ_TIMEOUT,
+                 memory: int = READ_MEMORY) -> GuestOutput:
+    """read() in a child with `timeout` seconds and `memory` bytes. If the child
+    is stopped, the output is unread(): a graded failure that says why."""
+    req = {"channel": channel, "console": console, "nonce": nonce,
+           "picture_dir": picture_dir, "title": title}
+    try:
+        d = bounded.call("guestout:_child", req, timeout, memory)
+        pic = d["picture"]
+        return GuestOutput(ktap.ParseResult.from_dict(d["parsed"]),
+                           [ktap.ConsoleEvent(*e) for e in d["events"]], d["excerpt"],
+                           d["info"], Picture(*pic) if pic else None)
+    except (bounded.Stopped, KeyError, TypeError, ValueError) as e:
+        why = str(e) if isinstance(e, bounded.Stopped) else f"reading it failed ({e!r})"
+        return unread(f"the guest's output was not read: {why}; the grader reads a run's "
+                      f"output with at most {timeout:.0f}s and {memory >> 20} MiB")

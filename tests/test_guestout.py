@@ -1,0 +1,249 @@
+"""Reading guest output cannot stall or exhaust the grader (issue 24).
+
+Every parser of what a guest prints (ktap.py, timeline.py, the harness line,
+the console scan) reads lines of at most MAX_LINE characters with patterns
+that do not backtrack, recordings are inflated under a cap, and the grader
+runs all of it in one bounded child (guestout.read_bounded). Here:
+
+- the rewritten line readers give what the old regular expressions gave, on
+  thousands of random short lines (where the old ones were fast);
+- the inputs that wedged the old parsers (a result line with a million
+  spaces, a recording that inflates to one 100 MiB line, a 1 GiB bomb) are
+  read exactly, under the cap;
+- a fuzz test feeds random and adversarial guest output through the bounded
+  child: every one of them is read within its time and memory caps;
+- a child that is stopped gives a graded, explained failure.
+"""
+
+import base64
+import os
+import random
+import re
+import tempfile
+import unittest
+import zlib
+
+from mmiolab import BUILD, guestout, ktap, timeline
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
+NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
+S = ktap.Status
+
+# The patterns the line readers replace (fine on short lines, which is where
+# they are compared).
+OLD_RESULT = re.compile(r"^(\s*)(ok|not ok) (\d+)(?: - | -$| |$)([^#]*?)\s*(?:#\s*(.*?))?\s*$")
+OLD_SUBTEST = re.compile(r"^(\s*)# Subtest: (.*?)\s*$")
+OLD_VALUES = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)=(\S+)")
+OLD_FIELDS = re.compile(r"(\w+)=(\S+)")
+OLD_LINE = re.compile(
+    r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<tcpu>\d+)\]\s+"
+    r"(?:(?P<flags>[^\s:]{4,6})\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s*(?P<rest>.*)$")
+OLD_HUNG = re.compile(r"INFO: task .* blocked for more than")
+
+
+def data(name):
+    with open(os.path.join(DATA, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def tagged(*lines):
+    return "".join(f"{NONCE} {line}\n" for line in lines)
+
+
+def recording(chunks, number=1):
+    """A channel's recording (vm/record's wire form) of the bytes in chunks."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    raw = b"".join(c.compress(x) for x in chunks) + c.flush()
+    b = base64.b64encode(raw).decode()
+    return (f"=== mmiolab record {number} begin ===\n"
+            + "\n".join(b[i:i + 76] for i in range(0, len(b), 76))
+            + f"\n=== mmiolab record {number} end ===\n")
+
+
+def random_line(rng, alphabet, n):
+    return "".join(rng.choice(alphabet) for _ in range(rng.randrange(n)))
+
+
+class LineReadersTest(unittest.TestCase):
+    """The linear readers agree with the patterns they replace."""
+
+    def test_result_and_subtest_lines(self):
+        rng = random.Random(24)
+        words = ["ok", "not ok", " ", "  ", "1", "12", "-", " - ", "#", "# SKIP", "x", "\t",
+                 "# Subtest:", "# Subtest: ", "name", "=", "\u00a0"]
+        for _ in range(20000):
+            line = "".join(rng.choice(words) for _ in range(rng.randrange(8)))
+            old = OLD_RESULT.match(line)
+            new = ktap._result(line)
+            with self.subTest(line=line):
+                self.assertEqual(old is None, new is None)
+                if old:
+                    self.assertEqual([old.group(i) for i in range(1, 6)],
+                                     [new.group(i) for i in range(1, 6)])
+                old = OLD_SUBTEST.match(line)
+                self.assertEqual(old.group(2) if old else None, ktap._subtest(line))
+
+    def test_key_values(self):
+        rng = random.Random(25)
+        for _ in range(20000):
+            text = random_line(rng, "ab1_.=- :x\t=", 24)
+            with self.subTest(text=text):
+                self.assertEqual(OLD_VALUES.findall(text), ktap.key_values(text))
+
+    def test_trace_fields_and_lines(self):
+        rng = random.Random(26)
+        for _ in range(20000):
+            text = random_line(rng, "ab1_=- :\u00e9\t=", 24)
+            with self.subTest(text=text):
+                self.assertEqual(dict(OLD_FIELDS.findall(text)), timeline._fields(text))
+        sample = ["    ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6",
+                  "<idle>-0    [000] d.h.. 1.280079: mmiosim_drain: cpu=1 seq=6 t=12 overtaken",
+                  "  a-b-7 (  12) [1] 2.5: x: y", " - -1 [1] 1.1: e:"]
+        for _ in range(5000):
+            sample.append(random_line(rng, "a-1 [].:( )d", 30))
+        for line in sample:
+            old = OLD_LINE.match(line)
+            new = timeline.LINE_RE.match(line.lstrip())
+            with self.subTest(line=line):
+                self.assertEqual(old.groupdict() if old else None,
+                                 new.groupdict() if new else None)
+
+    def test_console_scan(self):
+        rng = random.Random(27)
+        for _ in range(5000):
+            line = random_line(rng, ["INFO: task ", " blocked for more than", "x", " "], 8)
+            with self.subTest(line=line):
+                hung = [e.kind for e in ktap.scan_console(line)] == ["hung"]
+                self.assertEqual(bool(OLD_HUNG.search(line)), hung)
+
+
+class WorstInputsTest(unittest.TestCase):
+    """What wedged the old parsers is read, exactly, within the caps."""
+
+    def test_result_line_with_a_million_spaces(self):
+        text = tagged("KTAP version 1", "1..1", "ok 1 race" + " " * 1_000_000 + "x")
+        r = ktap.parse(text, NONCE)
+        race = r.expect(["race"])["race"]
+        self.assertEqual(race.status, S.CRASHED)
+        self.assertEqual(r.root.subtests[0].status, S.CRASHED)
+        self.assertIn("a line of 1000043 characters was not read (over the 4096-character "
+                      "cap)", r.root.text())
+
+    def test_a_long_line_under_the_cap_is_read(self):
+        r = ktap.parse(tagged("KTAP version 1", "1..1", "ok 1 race" + " " * 4000 + "# x"),
+                       NONCE)
+        self.assertEqual(r.expect(["race"])["race"].status, S.PASS)
+        self.assertEqual(r.expect(["race"])["race"].reason, "x")
+
+    def test_untagged_long_line_is_untrusted(self):
+        r = ktap.parse(tagged("KTAP version 1", "1..1", "ok 1 race") + "x" * 100000 + "\n",
+                       NONCE)
+        self.assertEqual(r.expect(["race"])["race"].status, S.PASS)
+        self.assertEqual(r.untrusted_lines, 1)
+        self.assertEqual(r.untrusted_sample, ["x" * 200])
+
+    def test_recording_of_one_long_line(self):
+        recs = timeline.recordings_in(recording([b" " * (1 << 20)] * 15 + [b"x"]))
+        self.assertEqual(len(recs), 1)
+        self.assertEqual(len(recs[0].text), (15 << 20) + 1)
+        d = timeline.draw(recs[0].text)
+        self.assertEqual(d.svg, "")
+        self.assertEqual(d.finding, None)
+
+    def test_recording_bomb(self):
+        recs = timeline.recordings_in(recording([b"\0" * (1 << 20)] * 1024))
+        self.assertEqual([(r.text, r.problem) for r in recs],
+                         [("", "it was not read: it inflates to more than 16 MiB")])
+
+    def test_gunzip(self):
+        one = zlib.compress(b"a", wbits=31)
+        two = zlib.compress(b"bc", wbits=31)
+        self.assertEqual(timeline.gunzip(one + two), b"abc")
+        self.assertEqual(timeline.gunzip(b"x" * 0 + one, cap=1), b"a")
+        with self.assertRaises(timeline.TooLarge):
+            timeline.gunzip(two, cap=1)
+        with self.assertRaises(EOFError):
+            timeline.gunzip(two[:-4])
+
+    def test_recorded_trace_still_draws(self):
+        with open(os.path.join(os.path.dirname(DATA), "traces", "stalled-doorbell.txt.gz"),
+                  "rb") as f:
+            raw = f.read()
+        b = base64.b64encode(raw).decode()
+        ch = "=== mmiolab record 1 begin ===\n" + b + "\n=== mmiolab record 1 end ===\n"
+        recs = timeline.recordings_in(ch)
+        self.assertEqual(recs[0].problem, "")
+        self.assertTrue(timeline.draw(recs[0].text).svg)
+
+
+def adversarial_outputs(rng):
+    """(label, channel, console): guest output shaped to hurt the host's parsers."""
+    head = tagged("KTAP version 1", "1..4")
+    big = 1 << 20
+    yield "result line of spaces", head + tagged("ok 1 x" + " " * big + "x"), ""
+    yield "subtest line of spaces", head + tagged("# Subtest: a" + " " * big + "x"), ""
+    yield "directive of spaces", head + tagged("ok 1 x #" + " " * big + "x"), ""
+    yield "diagnostic of one word", head + tagged("# " + "a" * big), ""
+    yield "diagnostic of keys", head + tagged("# " + "a=" * (big // 2)), ""
+    yield "deep nesting", head + tagged(*["  " * i + "KTAP version 1" for i in range(5000)]), ""
+    yield "plan of a billion", tagged("KTAP version 1", "1..1000000000"), ""
+    yield "a million short lines", head + tagged(*["ok 1 x"] * 200000), ""
+    yield "console of INFO: task", "", "INFO: task " * (big // 11)
+    yield "console of NMI watchdog", "", "NMI watchdog: " * (big // 14)
+    yield "console of blanks", "", " " * big
+    yield "console timestamps", "", "[" + " " * big + "1.2]"
+    yield "recording, one line", head + recording([b" " * (1 << 20)] * 100 + [b"x"]), ""
+    yield "recording, bomb", head + recording([b"\0" * (1 << 20)] * 1024), ""
+    yield "recording, trace-like line", head + recording(
+        [b"-1 [1] 1.1: mmiosim_post: " + b"a" * (1 << 20)] + [b"\n-" + b" " * 5000] * 200), ""
+    yield "recording never ends", head + "=== mmiolab record 1 begin ===\n" + "QUFB" * big, ""
+    yield "binary", bytes(rng.randrange(256) for _ in range(big)).decode("latin-1"), \
+        bytes(rng.randrange(256) for _ in range(big)).decode("latin-1")
+    for i in range(8):
+        pieces = ["ok ", "not ok ", "1", " - ", "#", " ", "KTAP version 1", "# Subtest: ",
+                  "1..", "\n", NONCE + " ", "=", "a", "-", "[", "]", ".", ":", "\t", "\r"]
+        text = "".join(rng.choice(pieces) for _ in range(200000))
+        yield f"random {i}", text, text
+
+
+class FuzzTest(unittest.TestCase):
+    """Random and adversarial guest output through the grader's bounded reader:
+    each is read whole (no stop at the caps), with the verdict the rules give."""
+
+    def test_fuzz_under_the_caps(self):
+        rng = random.Random(2424)
+        out = tempfile.mkdtemp(prefix="fuzz-", dir=BUILD)
+        for label, channel, console in adversarial_outputs(rng):
+            with self.subTest(label):
+                g = guestout.read_bounded(channel, console, NONCE, out, "fuzz",
+                                          timeout=60, memory=1 << 30)
+                self.assertEqual(g.problem, "")
+                race = g.parsed.expect(["race"])["race"]
+                self.assertNotEqual(race.status, S.PASS)
+                self.assertEqual(os.path.exists(os.path.join(out, "race.svg")), False)
+
+    def test_recorded_runs_read_the_same_bounded(self):
+        for ch, co in (("pass.channel.log", "pass.console.log"),
+                       ("race-fail.channel.log", "crash.console.log"),
+                       ("crash.channel.log", "crash.console.log")):
+            with self.subTest(ch):
+                a = guestout.read(data(ch), data(co), NONCE)
+                b = guestout.read_bounded(data(ch), data(co), NONCE)
+                self.assertEqual(b.problem, "")
+                self.assertEqual(a.parsed.to_dict(), b.parsed.to_dict())
+                self.assertEqual((a.events, a.excerpt, a.info), (b.events, b.excerpt, b.info))
+
+    def test_a_stopped_reader_is_a_graded_failure(self):
+        g = guestout.read_bounded(data("pass.channel.log"), data("pass.console.log"), NONCE,
+                                  memory=16 << 20)
+        self.assertTrue(g.problem.startswith("the guest's output was not read: reading it "
+                                             "failed"), g.problem)
+        self.assertTrue(g.problem.endswith("the grader reads a run's output with at most 60s "
+                                           "and 16 MiB"), g.problem)
+        self.assertEqual({n: t.status for n, t in g.parsed.expect(["race", "cost"]).items()},
+                         {"race": S.CRASHED, "cost": S.CRASHED})
+        self.assertEqual(g.events, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
