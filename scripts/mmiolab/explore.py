@@ -130,7 +130,7 @@ def build(spec: LabSpec, source: str, shown: str) -> Built:
                     disassemble(built.ko, confined=confined)))
             except BuildFailed as e:
                 found = objcheck.Findings(refused=[str(e)])
-        notes += found.flags
+        notes += found.flags + ([built.system_note] if built.system_note else [])
         if found.verdict:
             raise ExploreError("the module was not run: " + found.why)
         return Built(built.ko, shown, [_as_submitted(w, spec, shown) for w in built.warnings],

@@ -9,6 +9,7 @@ short).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -310,6 +311,66 @@ def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
     return done
 
 
+# What Kbuild prints (Makefile, target prepare) when the compiler's version text
+# is not the kernel's: on another system (Debian 13's gcc-12 is 12.4, the
+# kernel's 12.2) it says only that the system differs, so it is never charged
+# to a student; Debian's kernel tree skips the check when asked
+# (DEBIAN_KERNEL_NO_CC_VERSION_CHECK).
+CC_MISMATCH = "warning: the compiler differs from the one used to build the kernel"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleCompiler:
+    """The C compiler module builds use, and what to tell about it."""
+    cc: str             # a command name on PATH: gcc-12, gcc
+    kernel: str         # CONFIG_CC_VERSION_TEXT of the lab kernel
+    note: str           # "" when the compiler is the kernel's own, else why not
+
+
+def _config_value(name: str, obj: str) -> str:
+    try:
+        with open(os.path.join(obj, ".config")) as f:
+            for line in f:
+                if line.startswith(name + "="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def _cc_major(cc: str) -> int:
+    try:
+        res = subprocess.run([cc, "-dumpversion"], capture_output=True, text=True, timeout=30)
+        return int(res.stdout.strip().split(".")[0]) if res.returncode == 0 else 0
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def module_compiler(obj: str | None = None) -> ModuleCompiler:
+    """The compiler of the major version that built the lab kernel: gcc-N where the
+    system has it (Debian 12 and 13, Ubuntu 22.04 and 24.04 all package gcc-12),
+    else gcc if it is version N, else gcc anyway, with a note saying so: Kbuild
+    then uses the options it detected for N, and a build may fail on the system's
+    difference (never on the student's code alone)."""
+    obj = obj or OBJ
+    text = _config_value("CONFIG_CC_VERSION_TEXT", obj)
+    try:
+        major = int(_config_value("CONFIG_GCC_VERSION", obj)) // 10000
+    except ValueError:
+        major = 0
+    if not major:
+        return ModuleCompiler("gcc", text, "")
+    if shutil.which(f"gcc-{major}"):
+        return ModuleCompiler(f"gcc-{major}", text, "")
+    have = _cc_major("gcc")
+    if have == major:
+        return ModuleCompiler("gcc", text, "")
+    return ModuleCompiler("gcc", text, f"the lab kernel was built with gcc {major} ({text}); "
+                          f"this system has no gcc-{major}, so modules are built with gcc "
+                          f"{have or '?'} (install gcc-{major} to build with the kernel's "
+                          f"compiler)")
+
+
 def build_module(src_dir: str, out_dir: str, log: str) -> list[str]:
     """Build an out-of-tree module with Kbuild against the lab kernel.
 
@@ -320,8 +381,10 @@ def build_module(src_dir: str, out_dir: str, log: str) -> list[str]:
         raise FileNotFoundError("the lab kernel is not built: run 'make kernel'")
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.copytree(src_dir, out_dir)
-    run_logged(["make", "-C", OBJ, f"M={out_dir}", "W=1", "modules"], log,
-               f"module {os.path.basename(src_dir)}", env=build_env())
+    cc = module_compiler()
+    run_logged(["make", "-C", OBJ, f"M={out_dir}", "W=1", f"CC={cc.cc}", "modules"], log,
+               f"module {os.path.basename(src_dir)}",
+               env={**build_env(), "DEBIAN_KERNEL_NO_CC_VERSION_CHECK": "1"})
     return sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".ko"))
 
 

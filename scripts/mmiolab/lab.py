@@ -63,6 +63,9 @@ class Build:
     warnings: list[str]
     log: str
     confined: bool = True
+    # About the system, not the submission (kernel.module_compiler): shown,
+    # never charged.
+    system_note: str = ""
 
 
 @dataclass
@@ -90,7 +93,10 @@ def kernel_tree() -> list[str]:
 
 
 # The kernel's Kbuild makes no other environment matter (and gets none).
-BUILD_ENV = {k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUILD_")}
+BUILD_ENV = {**{k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUILD_")},
+             # Debian's kernel tree: no warning that only says the system's
+             # compiler release is not the kernel's (kernel.CC_MISMATCH).
+             "DEBIAN_KERNEL_NO_CC_VERSION_CHECK": "1"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -175,8 +181,10 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
         sandbox.prepare(src)
         where = sandbox.INSIDE if confined else src
         limits = dataclasses.replace(BUILD_LIMITS, timeout=timeout, cpu_seconds=int(timeout))
+        cc = kernel.module_compiler()
         res = sandbox.run(["make", "-C", os.path.realpath(kernel.OBJ), f"M={where}", "W=1",
-                           "modules"], src, kernel_tree(), os.path.join(box, "build.log"), limits, env=BUILD_ENV,
+                           f"CC={cc.cc}", "modules"], src, kernel_tree(),
+                          os.path.join(box, "build.log"), limits, env=BUILD_ENV,
                           confined=confined, hide=_hidden())
         log = build_text(res.output, src)
         with open(os.path.join(workdir, "build.log"), "w") as f:
@@ -193,8 +201,13 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
                                   f"use {limits.memory >> 20} MiB)", "memory")
             errors = [line for line in log.splitlines() if "error" in line.lower()]
             raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
-        warnings = [line for line in log.splitlines() if "warning:" in line]
-        return Build(ko, warnings, log, confined)
+        warnings = [line for line in log.splitlines()
+                    if "warning:" in line and line.strip() != kernel.CC_MISMATCH]
+        note = cc.note
+        if kernel.CC_MISMATCH in log and not note:
+            note = (f"this system's {cc.cc} is not the exact release that built the lab kernel "
+                    f"({cc.kernel}); Kbuild's warning about it is not counted")
+        return Build(ko, warnings, log, confined, note)
     finally:
         shutil.rmtree(box, ignore_errors=True)
 
