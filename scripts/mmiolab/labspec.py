@@ -62,7 +62,10 @@ import dataclasses
 import fnmatch
 import os
 import re
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, packaged
+    import tomli as tomllib     # python3-tomli
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
