@@ -24,9 +24,9 @@ demo: full-kit deps
 check: full-kit kernel kernel-debug initramfs
 	@$(PY) tests/run
 
-## make deps        install missing Debian packages
+## make deps        install missing packages (in a handout or autograder: only what grading needs)
 deps:
-	@scripts/deps
+	@scripts/deps $(if $(wildcard prebuilt/kernel),grade,kit)
 
 ## make kernel      unpack, patch and build the lab kernel (build/kernel);
 ##                  DEBUG=1: the debug kernel with lockdep and KFENCE (build/kernel-debug)

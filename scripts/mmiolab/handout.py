@@ -33,6 +33,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -64,8 +65,10 @@ VM, and grades your driver exactly as your instructor's grader does. The
 reference solutions, the wrong fixes the grader rejects, the kit's own test
 suite and the sources of the documentation are not in it.
 
-1. `make deps` installs the Debian packages the kit needs (once, as root or
-   with sudo).
+1. `make deps` installs what grading needs and this system lacks, once (as
+   root or with sudo): QEMU, {compiler} (the major version that built the
+   lab kernel), make, Python 3 and bubblewrap. Debian 12 and 13 are tested;
+   Ubuntu 22.04 and 24.04 are meant to work (see README.md).
 2. Read the lab: `docs/labs/{name}.html` (the whole documentation is in
    `docs/index.html`).
 3. `make -C labs/{name} vm` builds your driver as the grader does and boots
@@ -149,6 +152,8 @@ def prebuilt(root: str = ROOT) -> Prebuilt:
         obj_files.append("tools/objtool/objtool")
     for rel in (f"{arch}/include", "include", "scripts"):
         obj_files += _find(obj, rel, skip)
+    for rel in obj_files:
+        _check_runs_everywhere(os.path.join(obj, rel))
     pb = Prebuilt()
     top = os.path.join("prebuilt", "kernel")
     for rel in sorted(set(os.path.normpath(r) for r in src_files)):
@@ -174,6 +179,28 @@ def prebuilt(root: str = ROOT) -> Prebuilt:
     pb.generated[os.path.join("prebuilt", "initramfs", initramfs.PREBUILT_INFO)] = \
         (json.dumps({"inputs": initramfs.inputs_digest()}) + "\n").encode()
     return pb
+
+
+# The newest glibc symbol version a shipped program may need: Ubuntu 22.04's
+# glibc (2.35), the oldest system handouts and autograders are meant for.
+# Debian 12 (2.36) links fixdep, modpost and objtool against 2.34 symbols.
+NEWEST_GLIBC = (2, 35)
+_GLIBC = re.compile(rb"GLIBC_(\d+)\.(\d+)")
+
+
+def _check_runs_everywhere(path: str) -> None:
+    """Refuse to ship a host program that needs a newer glibc than NEWEST_GLIBC."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+        if head != b"\x7fELF":
+            return
+        f.seek(0)
+        data = f.read()
+    need = max(((int(a), int(b)) for a, b in _GLIBC.findall(data)), default=(0, 0))
+    if need > NEWEST_GLIBC:
+        raise HandoutError(f"{path} needs glibc {need[0]}.{need[1]}, newer than Ubuntu "
+                           f"22.04's {NEWEST_GLIBC[0]}.{NEWEST_GLIBC[1]}: build the kit's "
+                           f"kernel on an older system to hand it out")
 
 
 def kit_files(root: str = ROOT) -> list[str]:
@@ -248,6 +275,12 @@ def kit_time(root: str = ROOT) -> int:
     return int(res.stdout.strip() or 0) if res.returncode == 0 else 0
 
 
+def _gcc_package(compiler: str) -> str:
+    """'gcc (Debian 12.2.0-14+deb12u1) 12.2.0, GNU ld ...' -> 'gcc-12'."""
+    m = re.search(r"\) (\d+)\.", compiler)
+    return f"gcc-{m.group(1)}" if m else "gcc"
+
+
 def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
          built: Prebuilt | None = None) -> str:
     """Write out_dir/mmiolab-LAB.tar.gz (atomically) and return its path."""
@@ -281,6 +314,7 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = built.info
         text = HANDOUT_MD.format(name=spec.name, title=spec.title, file=spec.files[0],
+                                 compiler=_gcc_package(info["compiler"]),
                                  built=f"Linux {info['release']} with the kit's patches, "
                                        f"built by the kit at {info['kit']}, "
                                        f"with {info['compiler']}")
