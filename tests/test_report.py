@@ -156,6 +156,21 @@ class GradescopeTest(unittest.TestCase):
         self.assertEqual((cost["status"], cost["extra_data"]["status"]), ("failed", "skipped"))
         json.dumps(doc)
 
+    def test_documents_meet_the_specification_checker(self):
+        """gradescope_problems() reads a document as Gradescope's specification
+        does; every document the grader writes passes it, and it catches what
+        the specification does not allow."""
+        for res in (graded(), report.not_graded(SPEC, "bob", "build-failed", "no")):
+            self.assertEqual(report.gradescope_problems(report.gradescope_json(res)), [])
+        doc = report.gradescope_json(graded())
+        doc["tests"][0]["status"] = "PASS"
+        doc["tests"][1]["visibility"] = "secret"
+        doc["tests"][2]["score"] = doc["tests"][2]["max_score"] + 1
+        doc["max_score"] = 100
+        bad = report.gradescope_problems(doc)
+        self.assertEqual(len(bad), 5, bad)      # the four above and the sum they break
+        self.assertIn("unknown field 'max_score'", bad)
+
     def test_replay_info_is_included(self):
         doc = report.gradescope_json(graded())
         self.assertIn("scripts/grade --lab doorbell --seed 1 class/alice.tar.gz", doc["output"])

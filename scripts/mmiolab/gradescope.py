@@ -8,13 +8,16 @@ for each submission, puts the student's files in /autograder/submission, runs
 (gradescope-autograders.readthedocs.io/en/latest/specs/). So the zip holds, at
 its root:
 
-  setup.sh           installs the kit's Debian packages (scripts/deps), builds
-                     the lab kernel and the guest's initramfs, once
+  setup.sh           installs what grading needs from the image's own archive
+                     (scripts/deps grade: QEMU, the kernel's gcc-N, make,
+                     Python 3, bubblewrap), once; no kernel build
   run_autograder     scripts/grade --lab LAB --gradescope
   the kit            what the student handout has (scripts/ without the
                      instructor's tools, vm/, patches/, Makefile, the lab
                      without solutions/ and fixtures/, lab.toml without its
-                     opening comment), plus the lab's hidden tests' programs
+                     opening comment, prebuilt/: the lab kernel and the
+                     guest's initramfs, built), plus the lab's hidden tests'
+                     programs
 
 Hidden tests (labs/LAB/hidden/) are run by the grader and left out of the
 student handout. Their programs must be in the autograder, but nothing that
@@ -32,7 +35,8 @@ import time
 import zipfile
 
 from . import BUILD, ROOT
-from .handout import ANSWER_DIRS, HandoutError, kit_files, kit_time, members, student_toml
+from .handout import (ANSWER_DIRS, HandoutError, kit_files, kit_time, members, prebuilt,
+                      student_toml)
 from .labspec import LabSpec
 
 HIDDEN = "hidden"
@@ -40,20 +44,19 @@ HIDDEN_PROGRAMS = (".c", ".h", ".sh", ".toml")
 
 SETUP_SH = """\
 #!/usr/bin/env bash
-# Gradescope runs this once, as root, while it builds the autograder's image:
-# the kit's Debian packages, then the lab kernel and the guest, so that no
-# submission waits for a kernel build.
+# Gradescope runs this once, as root, while it builds the autograder's image
+# (any Debian or Ubuntu base: 12, 13, 22.04, 24.04): the packages grading
+# needs, from the image's own archive. The lab kernel and the guest's
+# initramfs come built (prebuilt/): no kernel is built here.
 set -euo pipefail
 cd "$(dirname "${{BASH_SOURCE[0]}}")"
-# shellcheck disable=SC1091 # the image's own file
-. /etc/os-release
-if [ "${{ID:-}}" != debian ] || [ "${{VERSION_ID:-}}" != 12 ]; then
-	echo "mmiolab: this autograder needs a Debian 12 image, not ${{PRETTY_NAME:-this one}}:" >&2
-	echo "mmiolab: the lab kernel's source and the kit's tools are Debian 12 packages" >&2
-	exit 1
-fi
-make deps
-make kernel initramfs
+# The module build reaches the kernel source through this link (a zip may not
+# keep links).
+ln -sfn ../src prebuilt/kernel/obj/source
+# Module builds run as an unprivileged user (bubblewrap), who must be able to
+# enter the folders down to the kernel tree.
+chmod a+x .. .
+scripts/deps grade
 # Tell the instructor now (in the image's build log) whether builds can be confined.
 /usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
 from mmiolab.lab import confinement
@@ -106,6 +109,11 @@ def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool =
         if os.path.basename(path) == "lab.toml":
             data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
         entries.append((path, data, 0o755 if os.access(src, os.X_OK) else 0o644))
+    built = prebuilt(root)
+    for name, src in built.files:
+        with open(src, "rb") as f:
+            entries.append((name, f.read(), 0o755 if os.access(src, os.X_OK) else 0o644))
+    entries += [(name, data, 0o644) for name, data in built.generated.items()]
     flags = " --allow-unconfined-build" if allow_unconfined else ""
     entries += [("setup.sh", SETUP_SH.format().encode(), 0o755),
                 ("run_autograder", RUN_AUTOGRADER.format(lab=spec.name, flags=flags).encode(),
