@@ -783,6 +783,12 @@ class CorpusTest(unittest.TestCase):
             for name in ("results.json", "summary.txt", "junit.xml"):
                 with open(os.path.join(self.out, c.sid, name)) as f:
                     text = f.read()
+                if name == "results.json":
+                    # The diff against the starter is the student's own text
+                    # (a case that .incbin's a host path wrote that path).
+                    doc = json.loads(text)
+                    doc["extra_data"]["mmiolab"].pop("diff", None)
+                    text = json.dumps(doc)
                 for host in (ROOT, BUILD, self.tmp, kernel.SRC):
                     with self.subTest(c.label, file=name, path=host):
                         self.assertNotIn(host, text)
