@@ -86,10 +86,14 @@ def _cap(text: str, limit: int) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
 
 
-def _svg_image(svg: str) -> list[dict[str, str]]:
-    """The failing run's picture as PrairieLearn's images entry (a data URL), if small."""
-    data = svg.encode("utf-8", "replace")
-    if not svg.lstrip().startswith("<svg") or len(data) > MAX_IMAGE_BYTES:
+def _svg_image(html_text: str) -> list[dict[str, str]]:
+    """The failing run's picture (the self-contained <svg> of a test's html: its
+    caption is in the output already) as PrairieLearn's images entry, if small."""
+    start, end = html_text.find("<svg"), html_text.rfind("</svg>")
+    if start < 0 or end < start:
+        return []
+    data = html_text[start:end + len("</svg>")].encode("utf-8", "replace")
+    if len(data) > MAX_IMAGE_BYTES:
         return []
     return [{"label": "the failing run",
              "url": "data:image/svg+xml;base64," + base64.b64encode(data).decode()}]
