@@ -246,8 +246,8 @@ QUESTION_HTML = """\
   <p>
     <strong>mmiolab lab "{lab}"</strong>: {title}.
     Edit the driver below, as the lab's page describes, and submit it: the
-    grader builds it against the lab kernel and runs its tests in the lab VM.
-    Grading takes several minutes.
+    grader builds it against the lab kernel and runs its tests in the lab VM,
+    which takes longer than most questions' grading.
   </p>
 {editors}
 </pl-question-panel>
