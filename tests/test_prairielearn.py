@@ -203,7 +203,7 @@ class PackTest(unittest.TestCase):
             self.assertEqual(self.read("question/clientFilesQuestion/ringdrv.c"), f.read())
         docker = self.read("grader-image/Dockerfile")
         self.assertIn("FROM ubuntu:24.04", docker)
-        self.assertRegex(docker, r"(?m)^RUN make -C /mmiolab grader-deps")
+        self.assertRegex(docker, r"(?m)^RUN /mmiolab/scripts/deps grade")
         self.assertIn(f'ENTRYPOINT ["{prairielearn.ENTRYPOINT}"]', docker)
         entry = os.path.join(self.out, "grader-image", "entrypoint.sh")
         self.assertEqual(os.stat(entry).st_mode & 0o777, 0o755)
@@ -213,6 +213,12 @@ class PackTest(unittest.TestCase):
         for need in ("scripts/grade", "scripts/mmiolab/prairielearn.py", "Makefile",
                      "labs/doorbell/lab.toml", "labs/doorbell/tests/harness.sh"):
             self.assertIn(f"grader-image/kit/{need}", self.files)
+        # The kernel and initramfs come built; the module build's source link is kept.
+        for need in ("kernel/obj/arch/x86/boot/bzImage", "kernel/obj/Module.symvers",
+                     "kernel/obj/.config", "initramfs/base.cpio.gz"):
+            self.assertIn(f"grader-image/kit/prebuilt/{need}", self.files)
+        link = os.path.join(self.out, "grader-image/kit/prebuilt/kernel/obj/source")
+        self.assertEqual(os.readlink(link), "../src")
         res = subprocess.run(["make", "-n", "prairielearn", "LAB=doorbell", "IMAGE=a/b"],
                              cwd=ROOT, capture_output=True, text=True)
         self.assertIn("scripts/prairielearn --lab doorbell --image 'a/b'", res.stdout)
@@ -236,7 +242,7 @@ class EndToEndTest(unittest.TestCase):
     def test_the_starter_graded_through_the_entrypoint(self):
         """The doorbell starter, graded as PrairieLearn would run the packed image:
         /grade laid out, the packed entrypoint, the packed kit's scripts/grade
-        --prairielearn (the kernel built here stands in for the image's)."""
+        --prairielearn, with the kernel and initramfs it carries."""
         need_guest(self)
         tmp = tempfile.mkdtemp(prefix="prairielearn-", dir=BUILD)
         try:
@@ -248,8 +254,11 @@ class EndToEndTest(unittest.TestCase):
                         os.path.join(grade, "student"))
             shutil.copytree(os.path.join(out, "question", "tests"), os.path.join(grade, "tests"))
             kit = os.path.join(out, "grader-image", "kit")
-            env = {**os.environ, "MMIOLAB_PRAIRIELEARN": grade, "MMIOLAB_KIT": kit,
-                   "MMIOLAB_BUILD": BUILD}
+            os.chmod(tmp, 0o755)          # as in the image: the build's user enters the kit
+            # The packed kit's own prebuilt kernel and initramfs, not this kit's build/.
+            env = {k: v for k, v in os.environ.items() if k != "MMIOLAB_BUILD"}
+            env.update(MMIOLAB_PRAIRIELEARN=grade, MMIOLAB_KIT=kit,
+                       MMIOLAB_KERNEL_TARBALL=os.path.join(tmp, "no-kernel-source.tar.xz"))
             t0 = time.monotonic()
             res = subprocess.run([os.path.join(out, "grader-image", "entrypoint.sh")],
                                  env=env, capture_output=True, text=True, timeout=900,

@@ -224,17 +224,18 @@ DOCKERFILE = """\
 # registry under the name in ../question/info.json (docs/dockerImages.md):
 #   docker build --platform linux/amd64 -t NAME . && docker push NAME
 #
-# Ubuntu 24.04, as PrairieLearn's own C grader image (graders/c/Dockerfile);
-# the kit needs only its grading packages there, since the lab kernel comes
-# built with the kit.
+# Ubuntu 24.04, as PrairieLearn's own C grader image (graders/c/Dockerfile).
+# The lab kernel and initramfs come built (kit/prebuilt/): the image needs only
+# the grading packages from its own archive.
 FROM ubuntu:24.04
 ARG DEBIAN_FRONTEND=noninteractive
 COPY kit/ {kit}/
-RUN apt-get update && apt-get install -y --no-install-recommends make \\
-    && rm -rf /var/lib/apt/lists/*
-# The grading packages (qemu-system-x86, the kernel's gcc, make, python3,
-# bubblewrap): the kit's own setup step says which.
-RUN make -C {kit} grader-deps && rm -rf /var/lib/apt/lists/*
+# Module builds run as an unprivileged user (bubblewrap), who must be able to
+# enter the folders down to the kernel tree.
+RUN chmod a+x {kit}
+# What grading needs (QEMU, the kernel's gcc-N, make, Python 3, bubblewrap...):
+# the kit's own list, scripts/deps grade.
+RUN {kit}/scripts/deps grade && rm -rf /var/lib/apt/lists/*
 # (entrypoint.sh is mode 755 in this folder; COPY keeps it)
 COPY entrypoint.sh {entrypoint}
 ENV PYTHONIOENCODING=UTF-8
@@ -296,9 +297,26 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
     folder, grader-image/ to build the image from. Returns out_dir/LAB."""
     # The instructor's side only: the image's grader never imports these.
     from . import gradescope
-    from .handout import ANSWER_DIRS, HandoutError, student_toml
+    from .handout import ANSWER_DIRS, HandoutError, prebuilt, student_toml
 
-    files: dict[str, tuple[bytes, int]] = {}
+    final = os.path.join(out_dir, spec.name)
+    tmp = final + ".part"
+    shutil.rmtree(tmp, ignore_errors=True)
+    question = os.path.join(tmp, "question")
+    image_dir = os.path.join(tmp, "grader-image")
+    kit = os.path.join(image_dir, "kit")
+    hidden = _hidden_dir(spec)
+
+    def put(path: str, data: bytes, mode: int = 0o644) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+
+    def mode_of(src: str) -> int:
+        return 0o755 if os.access(src, os.X_OK) else 0o644
+
+    has_hidden = False
     for path in gradescope.zip_members(spec, root):     # the autograder's files: no answers
         if set(path.split(os.sep)) & set(ANSWER_DIRS):
             raise HandoutError(f"{path}: an answer, which a grader cannot carry")
@@ -315,29 +333,24 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
             data = f.read()
         if os.path.basename(path) == "lab.toml":
             data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
-        files[path] = (data, 0o755 if os.access(src, os.X_OK) else 0o644)
-
-    final = os.path.join(out_dir, spec.name)
-    tmp = final + ".part"
-    shutil.rmtree(tmp, ignore_errors=True)
-    question = os.path.join(tmp, "question")
-    image_dir = os.path.join(tmp, "grader-image")
-    hidden = _hidden_dir(spec)
-
-    def put(path: str, data: bytes, mode: int = 0o644) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        os.chmod(path, mode)
-
-    has_hidden = False
-    for path, (data, mode) in sorted(files.items()):
         if path.startswith(hidden):
             # Course repository, not the public image: /grade/tests/hidden/ at grading time.
-            put(os.path.join(question, "tests", "hidden", path[len(hidden):]), data, mode)
+            put(os.path.join(question, "tests", "hidden", path[len(hidden):]), data, mode_of(src))
             has_hidden = True
         else:
-            put(os.path.join(image_dir, "kit", path), data, mode)
+            put(os.path.join(kit, path), data, mode_of(src))
+    # The lab kernel and initramfs, built (as the Gradescope zip carries them):
+    # the image builds no kernel.
+    built = prebuilt(root)
+    for name, src in built.files:
+        os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
+        shutil.copyfile(src, os.path.join(kit, name))
+        os.chmod(os.path.join(kit, name), mode_of(src))
+    for name, data in built.generated.items():
+        put(os.path.join(kit, name), data)
+    for name, target in built.links:             # a folder, unlike a zip, keeps links
+        os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
+        os.symlink(target, os.path.join(kit, name))
     editors = []
     for name in spec.files:
         starter = os.path.join(spec.dir, "starter", name)
@@ -351,7 +364,8 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
     doc = info_json(spec, image or DEFAULT_IMAGE.format(lab=spec.name))
     put(os.path.join(question, "info.json"), (json.dumps(doc, indent=2) + "\n").encode())
     put(os.path.join(question, "question.html"), QUESTION_HTML.format(
-        lab=spec.name, title=html.escape(spec.title, quote=False), editors="\n".join(editors)).encode())
+        lab=spec.name, title=html.escape(spec.title, quote=False),
+        editors="\n".join(editors)).encode())
     flags = " --allow-unconfined-build" if allow_unconfined else ""
     put(os.path.join(image_dir, "entrypoint.sh"), ENTRYPOINT_SH.format(
         lab=spec.name, kit=KIT_IN_IMAGE, flags=flags,
