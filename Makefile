@@ -9,7 +9,7 @@ SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 BUILD := $(or $(MMIOLAB_BUILD),build)
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
-	gradescope clean help full-kit
+	gradescope prairielearn clean help full-kit
 
 all: kernel initramfs
 
@@ -75,6 +75,13 @@ handout: full-kit
 ##                  into build/gradescope; UNCONFINED=1 lets it build unconfined
 gradescope: full-kit
 	@$(PY) scripts/gradescope $(if $(LAB),--lab $(LAB)) $(if $(UNCONFINED),--allow-unconfined-build)
+
+## make prairielearn  a lab's PrairieLearn question and grader image (LAB=name; default
+##                  every lab) into build/prairielearn; IMAGE=you/mmiolab-{lab} names the
+##                  image in info.json; UNCONFINED=1 lets it build unconfined
+prairielearn: full-kit
+	@$(PY) scripts/prairielearn $(if $(LAB),--lab $(LAB)) $(if $(IMAGE),--image '$(IMAGE)') $(if \
+		$(UNCONFINED),--allow-unconfined-build)
 
 # A student handout (scripts/handout) has no solutions, tests or doc sources.
 full-kit:
