@@ -21,6 +21,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -162,6 +163,11 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     except Exception as e:    # a grader bug must not lose the batch either
         result = report.not_graded(spec, sub_id, "grader-error",
                                    build_text(f"internal grader error: {e!r}"))
+        # For the instructor (never in what the student sees): where it broke.
+        trace = traceback.format_exc()
+        report.atomic_write(os.path.join(out_dir, "grader-error.txt"), trace)
+        print(f"grade: {sub_id}: internal grader error (kept in "
+              f"{os.path.join(out_dir, 'grader-error.txt')}):\n{trace}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result.submission = display_name(path)

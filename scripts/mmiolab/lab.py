@@ -98,6 +98,7 @@ BUILD_ENV = {**{k: v for k, v in kernel.BUILD_ENV.items() if k.startswith("KBUIL
              # compiler release is not the kernel's (kernel.CC_MISMATCH).
              "DEBIAN_KERNEL_NO_CC_VERSION_CHECK": "1"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MAKE_ERROR = re.compile(r"make(\[\d+\])?: \*\*\* ")
 
 
 def scratch_root() -> str:
@@ -199,8 +200,12 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
             if "virtual memory exhausted" in log or "out of memory" in log.lower():
                 raise BuildFailed(f"the build ran out of memory (each compiler process may "
                                   f"use {limits.memory >> 20} MiB)", "memory")
-            errors = [line for line in log.splitlines() if "error" in line.lower()]
-            raise BuildFailed("\n".join(errors[:40]) or log[-4000:])
+            # make's own "*** [...] Error 2" lines say only that something failed
+            # (a tool Kbuild runs may fail without the word: "Can't locate ...").
+            errors = [line for line in log.splitlines()
+                      if "error" in line.lower() and not _MAKE_ERROR.match(line)]
+            raise BuildFailed("\n".join(errors[:40]) if errors else
+                              "\n".join(log.splitlines()[-40:]))
         warnings = [line for line in log.splitlines()
                     if "warning:" in line and line.strip() != kernel.CC_MISMATCH]
         note = cc.note
