@@ -161,6 +161,9 @@ class HandoutTest(unittest.TestCase):
             self.assertEqual(built["config"], kernel.config_digest())
             self.assertEqual(built["patches"], kernel.patches_digest())
             self.assertIn(built["kit"], files[f"mmiolab-{name}/HANDOUT.md"].decode())
+            # Step 1 names the compiler package of the kernel's major version.
+            major = re.search(r"\) (\d+)\.", built["compiler"]).group(1)
+            self.assertIn(f"gcc-{major}", files[f"mmiolab-{name}/HANDOUT.md"].decode())
             size = os.path.getsize(os.path.join(self.out, f"mmiolab-{name}.tar.gz"))
             self.assertLess(size, 40e6, name)
             report(f"handout {name}: {size / 1e6:.1f} MB")
@@ -200,6 +203,57 @@ class HandoutTest(unittest.TestCase):
             self.assertLess(float(score.group(1)), float(score.group(2)))
             report(f"handout self-check of the starter, in a clean folder: {score.group(0)} "
                    f"in {seconds:.0f}s")
+
+
+class DepsTest(unittest.TestCase):
+    """scripts/deps installs what the command at hand needs: the kit's list in a
+    clone, only grading's where the kernel comes built; never another name."""
+
+    def deps(self, top: str, *args: str) -> subprocess.CompletedProcess:
+        os.makedirs(os.path.join(top, "scripts"), exist_ok=True)
+        with open(os.path.join(ROOT, "scripts", "deps")) as f, \
+                open(os.path.join(top, "scripts", "deps"), "w") as out:
+            out.write(f.read())
+        os.chmod(os.path.join(top, "scripts", "deps"), 0o755)
+        env = {k: v for k, v in os.environ.items() if k != "MMIOLAB_BUILD"}
+        return subprocess.run([os.path.join(top, "scripts", "deps"), *args], env=env,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+    def test_grading_set_follows_the_kernels_compiler(self):
+        with tempfile.TemporaryDirectory() as top:
+            res = self.deps(top, "grade")
+            self.assertEqual(res.returncode, 1)
+            self.assertIn("no built lab kernel here", res.stderr)
+            obj = os.path.join(top, "prebuilt", "kernel", "obj")
+            os.makedirs(obj)
+            with open(os.path.join(obj, ".config"), "w") as f:
+                f.write("CONFIG_GCC_VERSION=120200\n")
+            # This machine (Debian 12) has every package of the grading set.
+            res = self.deps(top, "grade")
+            self.assertEqual(res.returncode, 0, res.stderr)
+            self.assertIn("all 9 packages present", res.stdout)
+            with open(os.path.join(obj, ".config"), "w") as f:
+                f.write("CONFIG_GCC_VERSION=990100\n")
+            res = self.deps(top, "grade")       # gcc-99 is not installed: apt is needed
+            self.assertNotIn("all 9 packages present", res.stdout)
+            self.assertIn("gcc-99", res.stdout + res.stderr)
+
+    def test_unknown_set_is_refused(self):
+        with tempfile.TemporaryDirectory() as top:
+            res = self.deps(top, "everything")
+            self.assertEqual(res.returncode, 1)
+            self.assertIn("unknown set 'everything'", res.stderr)
+
+    def test_handout_make_deps_asks_for_the_grading_set(self):
+        res = subprocess.run(["make", "-n", "deps"], cwd=ROOT, capture_output=True, text=True)
+        self.assertIn("scripts/deps kit", res.stdout)
+        with tempfile.TemporaryDirectory() as top:
+            os.makedirs(os.path.join(top, "prebuilt", "kernel"))
+            with open(os.path.join(ROOT, "Makefile")) as f, \
+                    open(os.path.join(top, "Makefile"), "w") as out:
+                out.write(f.read())
+            res = subprocess.run(["make", "-n", "deps"], cwd=top, capture_output=True, text=True)
+            self.assertIn("scripts/deps grade", res.stdout)
 
 
 if __name__ == "__main__":
