@@ -104,12 +104,14 @@ class PrepareTest(unittest.TestCase):
         return path
 
     def prepare(self, path, build=None, code=CLEAN_CODE, **kw):
-        """stages.prepare with the build and the disassembler faked."""
+        """stages.prepare with the build and the disassembler faked (code: objdump's
+        text, or a function that stands in for lab.disassemble)."""
         build = build or FakeBuild()
         kw.setdefault("shown", os.path.basename(path))
         kw.setdefault("confined", True)
+        objdump = code if callable(code) else lambda *a, **k: code
         with mock.patch.object(stages, "build_driver", build), \
-                mock.patch.object(stages, "disassemble", lambda *a, **k: code):
+                mock.patch.object(stages, "disassemble", objdump):
             return stages.prepare(self.spec, path, self.work, **kw)
 
     def assert_no_host_path(self, text):
@@ -161,12 +163,8 @@ class PrepareTest(unittest.TestCase):
 
     def test_forbidden_symbol_is_refused_before_the_code_is_read(self):
         disassembled = []
-        build = FakeBuild(imports=["_printk", "mmiosim_flush"])
-        with mock.patch.object(stages, "build_driver", build), \
-                mock.patch.object(stages, "disassemble",
-                                  lambda *a, **k: disassembled.append(a) or CLEAN_CODE):
-            r = stages.prepare(self.spec, self.submit(starter()), self.work, shown="alice.c",
-                               confined=True)
+        r = self.prepare(self.submit(starter()), FakeBuild(imports=["_printk", "mmiosim_flush"]),
+                         code=lambda *a, **k: disassembled.append(a) or CLEAN_CODE)
         self.assertIsInstance(r, stages.Refused)
         self.assertEqual(r.verdict, "forbidden-symbols")
         self.assertEqual(r.why, "the module was not run: imports kernel symbols this lab "
@@ -183,10 +181,7 @@ class PrepareTest(unittest.TestCase):
     def test_a_module_that_cannot_be_disassembled_is_refused(self):
         def objdump_fails(*a, **k):
             raise BuildFailed("the module could not be disassembled (failed)", "objdump")
-        with mock.patch.object(stages, "build_driver", FakeBuild()), \
-                mock.patch.object(stages, "disassemble", objdump_fails):
-            r = stages.prepare(self.spec, self.submit(starter()), self.work, shown="alice.c",
-                               confined=True)
+        r = self.prepare(self.submit(starter()), code=objdump_fails)
         self.assertEqual((r.verdict, r.why), (
             "forbidden-code", "the module was not run: the module could not be disassembled "
                               "(failed)"))

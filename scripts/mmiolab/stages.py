@@ -69,10 +69,11 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     shown names the submission in intake's messages (grade.display_name, or the
     lab VM's path); source_named, if given, names the driver file in the build's
     messages (else the lab's name for it, e.g. ringdrv.c). Scratch goes in
-    work_dir (a new or empty folder: one prepare each); the build (the .ko, build.log) in build_dir, by default
-    work_dir/build; starter.diff in out_dir when given. A build that fails is
-    refused with the compiler's error lines, or with all it printed when
-    whole_build_log (the lab VM: the student's own build, read in a terminal)."""
+    work_dir (a new or empty folder: one prepare each); the build (the .ko,
+    build.log) in build_dir, by default work_dir/build; starter.diff in out_dir
+    when given. A build that fails is refused with the compiler's error lines,
+    or with all it printed when whole_build_log (the lab VM: the student's own
+    build, read in a terminal)."""
     intake = submission.intake_for_lab(spec, source, os.path.join(work_dir, "intake"),
                                        bounded=True, shown=shown)
     if not intake.ok:
