@@ -255,7 +255,7 @@ class BatchTest(unittest.TestCase):
     def test_every_limit_of_lab_toml_reaches_the_run(self):
         """console_cap and run_timeout go to the guest, build_timeout to the build."""
         from unittest import mock
-        from mmiolab import grade, lab, labspec, vm
+        from mmiolab import grade, lab, labspec, stages, vm
         spec = dataclasses.replace(self.spec, limits=labspec.Limits(
             build_timeout=77, run_timeout=33, console_cap=12345))
         seen = {}
@@ -271,7 +271,7 @@ class BatchTest(unittest.TestCase):
                                os.path.join(log_dir, "console.log"))
             return lab.Run(list(seeds), "0" * 32, res)
 
-        with mock.patch.object(grade, "build_driver", build), \
+        with mock.patch.object(stages, "build_driver", build), \
                 mock.patch.object(grade, "run_tests", run):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
                                 grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
@@ -473,7 +473,7 @@ class RecordedRunGradeTest(unittest.TestCase):
 
     def grade(self, hidden_console, visible_console=None):
         from unittest import mock
-        from mmiolab import grade, labspec, lab, objcheck, vm
+        from mmiolab import grade, labspec, lab, objcheck, stages, vm
         data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
         with open(os.path.join(data, "pass.channel.log")) as f:
             channel = f.read() + f"{self.NONCE} # mmiolab harness: end\n"
@@ -501,10 +501,10 @@ class RecordedRunGradeTest(unittest.TestCase):
             return lab.Run(list(seeds), self.NONCE, res)
 
         spec = labspec.load_lab("doorbell")
-        with mock.patch.object(grade, "build_driver", lambda *a, **k: lab.Build(ko, [], "")), \
-                mock.patch.object(grade.objcheck, "check_elf",
+        with mock.patch.object(stages, "build_driver", lambda *a, **k: lab.Build(ko, [], "")), \
+                mock.patch.object(stages.objcheck, "check_elf",
                                   lambda *a, **k: objcheck.Findings()), \
-                mock.patch.object(grade, "disassemble", lambda *a, **k: ""), \
+                mock.patch.object(stages, "disassemble", lambda *a, **k: ""), \
                 mock.patch.object(grade, "run_tests", run_tests):
             r = grade.grade_one(spec, src, "alice", grade.GradeOptions(seeds=[1, 2, 3], out=out))
         with open(os.path.join(out, "alice", "results.json")) as f:

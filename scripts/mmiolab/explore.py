@@ -1,8 +1,8 @@
 """The lab VM with the student's own driver in it, and their runs drawn.
 
 `make -C labs/LAB vm` (scripts/kit labvm) builds the student's file with the
-grader's own build and checks (lab.build_driver, objcheck: the same Kbuild,
-the same confinement, the same messages), boots the lab VM with the lab's
+grader's own build and checks (stages.prepare: the same Kbuild, the same
+confinement, the same messages), boots the lab VM with the lab's
 fabric (lab.toml [fabric], plus FABRIC words) and puts the module, the lab's
 test programs, a README and a banner in /job. The guest's `record` helper
 (vm/record) sends each traced run through the second serial port, which the
@@ -22,10 +22,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, initramfs, objcheck, submission, timeline, vm
+from . import BUILD, ROOT, initramfs, stages, timeline, vm
 from .grade import fabric_append
-from .lab import (BuildFailed, Lab, build_driver, build_text, confinement, disassemble,
-                  guest_programs, scratch_root)
+from .lab import Lab, confinement, guest_programs, scratch_root
 from .labspec import LabSpec
 
 KEEP_SESSIONS = 20
@@ -81,62 +80,27 @@ class Built:
     confined: bool = True
 
 
-def _as_submitted(text: str, spec: LabSpec, shown: str) -> str:
-    """The build's messages name the file the grader compiled (ringdrv.c):
-    name it as the student did when that is another file name."""
-    name = os.path.basename(shown)
-    if name == spec.files[0] or not name:
-        return text
-    return re.sub(rf"(?<![\w./-]){re.escape(spec.files[0])}(?=:)", name, text)
-
-
 def build(spec: LabSpec, source: str, shown: str) -> Built:
-    """Intake, build and check one driver source as grade._grade does (the same
-    calls, in the same order; grade.py has no one function for it yet);
-    ExploreError with the grader's words (and the whole build log, as the
-    compiler and modpost printed it) when it would not be run."""
+    """Intake, build and check one driver source as the grader does (stages.prepare);
+    ExploreError with the grader's words (and the whole build log, as the compiler
+    and modpost printed it) when it would not be run."""
     if not os.path.exists(source):
         raise ExploreError(f"{shown}: no such file")
+    confined, why = confinement()
     work = tempfile.mkdtemp(prefix="explore-", dir=scratch_root())
     try:
-        intake = submission.intake_for_lab(spec, source, os.path.join(work, "intake"),
-                                           bounded=True)
-        if not intake.ok:
-            raise ExploreError(build_text(intake.describe().replace(
-                submission.printable(source), shown)))
-        notes = [f"ignored {i.source}: {i.reason}" for i in intake.ignored]
-        for taken in intake.taken:
-            with open(taken.path, encoding="utf-8", errors="replace") as f:
-                notes += objcheck.source_flags(f.read())
-        confined, why = confinement()
-        if not confined:
-            notes.append(f"the build ran unconfined ({why}); the grader confines it")
-        dest = os.path.join(out_dir(spec), "module")
-        try:
-            built = build_driver(Lab(spec.name, spec.module), intake.files()[spec.files[0]],
-                                 dest, timeout=spec.limits.build_timeout, confined=confined)
-        except BuildFailed as e:
-            log = ""
-            if os.path.exists(os.path.join(dest, "build.log")):
-                with open(os.path.join(dest, "build.log")) as f:
-                    log = f.read()
-            raise ExploreError(f"{os.path.basename(shown)} does not compile:\n"
-                               + _as_submitted(log or str(e), spec, shown))
-        with open(built.ko, "rb") as f:
-            found = objcheck.check_elf(f.read(), spec.symbol_allowed)
-        if not found.verdict:
-            try:
-                found = objcheck.check_code(objcheck.parse_objdump(
-                    disassemble(built.ko, confined=confined)))
-            except BuildFailed as e:
-                found = objcheck.Findings(refused=[str(e)])
-        notes += found.flags + ([built.system_note] if built.system_note else [])
-        if found.verdict:
-            raise ExploreError("the module was not run: " + found.why)
-        return Built(built.ko, shown, [_as_submitted(w, spec, shown) for w in built.warnings],
-                     notes, confined)
+        ready = stages.prepare(spec, source, work, shown=shown, confined=confined,
+                               build_dir=os.path.join(out_dir(spec), "module"),
+                               source_named=os.path.basename(shown), whole_build_log=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if isinstance(ready, stages.Refused):
+        raise ExploreError(ready.why)
+    notes = ready.notes + ready.source_flags
+    if not confined:
+        notes.append(f"the build ran unconfined ({why}); the grader confines it")
+    notes += ready.object_flags + ([ready.system_note] if ready.system_note else [])
+    return Built(ready.ko, shown, ready.warnings, notes, confined)
 
 
 # --- what the guest gets ------------------------------------------------------

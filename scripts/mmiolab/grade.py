@@ -1,12 +1,11 @@
 """Grade submissions of a lab: intake, confined build, object checks, guest run,
 scoring, outputs.
 
-One submission: take only the files the lab allows (submission.intake, in a
-bounded child process), build them with the lab's own Kbuild and headers in a
-sandbox (lab.build_driver, sandbox.py), refuse modules whose imports or code
-the lab does not allow (objcheck.py), boot a fresh guest that runs the lab's
-harness over the seeds, read results only from the nonce-marked harness
-channel, and write results.json (Gradescope), junit.xml and summary.txt.
+One submission: first stages.prepare (take only the files the lab allows,
+build them with the lab's own Kbuild and headers in a sandbox, refuse modules
+whose imports or code the lab does not allow), then boot a fresh guest that
+runs the lab's harness over the seeds, read results only from the nonce-marked
+harness channel, and write results.json (Gradescope), junit.xml and summary.txt.
 Nothing a submission does stops the batch: every failure becomes a verdict
 with its reason. What a student sees names no host path.
 """
@@ -25,9 +24,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, guestout, kernel, ktap, objcheck, report, submission
-from .lab import (BuildFailed, Lab, build_driver, build_text, disassemble, new_scratch,
-                  remove_stale_scratch, run_tests)
+from . import BUILD, ROOT, guestout, kernel, ktap, report, stages, submission
+from .lab import Lab, build_text, new_scratch, remove_stale_scratch, run_tests
 from .labspec import LabSpec
 
 
@@ -154,10 +152,8 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     work = new_scratch("grade")
     try:
         key = key or grading_key(spec, opts, path)
-        seen: dict = {}
-        result = _grade(spec, path, sub_id, opts, out_dir, work, seen)
+        result = _grade(spec, path, sub_id, opts, out_dir, work)
         result.key = key
-        result.diff = seen.get("diff", "")
         if not result.replay.seeds:          # refused before the run: say what it would be
             result.replay = _replay(spec, opts.seeds, None, "")
     except Exception as e:    # a grader bug must not lose the batch either
@@ -177,61 +173,22 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
 
 
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
-           work: str, seen: dict) -> report.GradeResult:
-    intake = submission.intake_for_lab(spec, path, os.path.join(work, "intake"), bounded=True)
-    if not intake.ok:
-        shown = intake.describe().replace(submission.printable(path), display_name(path))
-        return report.not_graded(spec, sub_id, intake.verdict, build_text(shown))
-    notes = [f"ignored {i.source}: {i.reason}" for i in intake.ignored]
-    flags = []
-    for taken in intake.taken:
-        with open(taken.path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        flags += objcheck.source_flags(text)
-        # For the instructor: the diff against the starter, and flags for
-        # changes outside a fix's functions and for kernel-memory walking.
-        try:
-            with open(os.path.join(spec.dir, "starter", taken.name), encoding="utf-8") as f:
-                starter = f.read()
-        except OSError:
-            continue
-        rev = objcheck.review(starter, text, spec.fix_functions, taken.name)
-        flags += rev.flags
-        seen["diff"] = seen.get("diff", "") + rev.diff
-        if rev.diff:
-            report.atomic_write(os.path.join(out_dir, "starter.diff"), seen["diff"] + "\n")
-    if not opts.confined:
-        flags.insert(0, "the build ran unconfined (--allow-unconfined-build): it could read "
-                        "any file the grader can")
-    lab = Lab(spec.name, spec.module)
-    source = intake.files()[spec.files[0]]
-    try:
-        built = build_driver(lab, source, os.path.join(work, "build"),
-                             timeout=spec.limits.build_timeout, confined=opts.confined)
-    except BuildFailed as e:
-        return report.not_graded(spec, sub_id, "build-failed",
-                                 f"{spec.files[0]} does not compile:\n{e}", notes=notes,
-                                 flags=flags)
-    with open(built.ko, "rb") as f:
-        found = objcheck.check_elf(f.read(), spec.symbol_allowed)
-    if not found.verdict:
-        try:
-            found = objcheck.check_code(objcheck.parse_objdump(
-                disassemble(built.ko, confined=opts.confined)))
-        except BuildFailed as e:
-            found = objcheck.Findings(refused=[str(e)])
-    flags += found.flags
-    if found.verdict:
-        return report.not_graded(spec, sub_id, found.verdict,
-                                 "the module was not run: " + found.why, notes=notes, flags=flags)
-    build_ok = not built.warnings
-    system = f"\n(not counted: {built.system_note})" if built.system_note else ""
+           work: str) -> report.GradeResult:
+    ready = stages.prepare(spec, path, work, shown=display_name(path), confined=opts.confined,
+                           out_dir=out_dir)
+    if isinstance(ready, stages.Refused):
+        return report.not_graded(spec, sub_id, ready.verdict, ready.why, notes=ready.notes,
+                                 flags=ready.flags, diff=ready.diff)
+    notes, flags = ready.notes, ready.flags
+    build_ok = not ready.warnings
+    system = f"\n(not counted: {ready.system_note})" if ready.system_note else ""
     host = {"build": _host_outcome(
         spec, "build", build_ok,
         ("built with no warnings" if build_ok else
-         "the build printed warnings:\n" + "\n".join(built.warnings[:20])) + system)}
+         "the build printed warnings:\n" + "\n".join(ready.warnings[:20])) + system)}
 
-    run = run_tests(lab, built.ko, opts.seeds, out_dir, cmds=opts.cmds,
+    lab = Lab(spec.name, spec.module)
+    run = run_tests(lab, ready.ko, opts.seeds, out_dir, cmds=opts.cmds,
                     append=fabric_append(spec) + list(opts.append),
                     timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap)
     res = run.result
@@ -254,7 +211,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
     hidden_unclean = False
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
-        hrun = run_tests(lab, built.ko, opts.seeds, os.path.join(out_dir, "hidden"),
+        hrun = run_tests(lab, ready.ko, opts.seeds, os.path.join(out_dir, "hidden"),
                          cmds=opts.cmds,
                          append=fabric_append(spec, hidden=True) + list(opts.append),
                          timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap,
@@ -304,7 +261,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
         replay=_replay(spec, opts.seeds, parsed, info),
         console_log=os.path.relpath(res.log, out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags)
+        flags=flags, diff=ready.diff)
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,

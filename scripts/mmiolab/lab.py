@@ -145,8 +145,10 @@ def confinement() -> tuple[bool, str]:
     return sandbox.probe(kernel_tree(), scratch_root())
 
 
-def build_text(text: str, folder: str = "") -> str:
-    """Build output as a student may see it: no host paths, no colour codes."""
+def build_text(text: str, folder: str = "", source: str = "", named: str = "") -> str:
+    """Build output as a student may see it: no host paths, no colour codes, and
+    the compiler's messages about `source` (ringdrv.c: ...) naming it `named`, as
+    the student named it, when that is another name."""
     text = _ANSI.sub("", text)
     hosts = [(folder, ""), (kernel.OBJ, "linux-build"), (kernel.SRC, "linux"),
              (BUILD, "build"), (ROOT, "mmiolab")]
@@ -160,13 +162,16 @@ def build_text(text: str, folder: str = "") -> str:
         text = re.sub(edge + re.escape(path) + r"(/|\b)",
                       lambda m: (shown + "/" if shown else "") if m.group(1) else (shown or "."),
                       text)
+    if source and named and named != source:
+        text = re.sub(rf"(?<![\w./-]){re.escape(source)}(?=:)", lambda _: named, text)
     return text
 
 
 def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
-                 confined: bool = True) -> Build:
+                 confined: bool = True, named: str = "") -> Build:
     """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
-    (sandbox.py); the .ko, build.log and objdump.txt land in workdir."""
+    (sandbox.py); the .ko, build.log and objdump.txt land in workdir. The log names
+    the source `named` (its file name as the student gave it) if that is given."""
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     box = new_scratch("build")
@@ -187,7 +192,7 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
                            f"CC={cc.cc}", "modules"], src, kernel_tree(),
                           os.path.join(box, "build.log"), limits, env=BUILD_ENV,
                           confined=confined, hide=_hidden())
-        log = build_text(res.output, src)
+        log = build_text(res.output, src, f"{lab.module}.c", named)
         with open(os.path.join(workdir, "build.log"), "w") as f:
             f.write(log)
         if res.status == "timeout":

@@ -685,17 +685,18 @@ def _kind(path: str, st: os.stat_result) -> tuple[str, str]:
 
 
 def intake(path: str, allowed: Sequence[str], scratch: str | None = None,
-           limits: IntakeLimits = DEFAULT_LIMITS) -> Intake:
+           limits: IntakeLimits = DEFAULT_LIMITS, shown: str | None = None) -> Intake:
     """Copy the allowed files of one submission into a fresh scratch directory.
 
     Never raises for anything a student can put in a submission: the verdict says
     what happened. Files are written only when the verdict is ok, so a refused
-    submission leaves an empty scratch directory.
+    submission leaves an empty scratch directory. `shown` (printable) names the
+    submission in what it says, as its student named it; by default, its path.
     """
     if not allowed:
         raise SubmissionError("the lab allows no files")
     scratch = _prepare_scratch(scratch)
-    shown = printable(path)
+    shown = printable(path) if shown is None else shown
 
     def result(kind: str, verdict: str, message: str, col: _Collector | None = None) -> Intake:
         return Intake(source=shown, kind=kind, scratch=scratch, verdict=verdict,
@@ -876,11 +877,11 @@ def expand_class(class_dir: str) -> list[ClassEntry]:
 
 
 def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
-                   bounded: bool = False) -> Intake:
+                   bounded: bool = False, shown: str | None = None) -> Intake:
     """intake() with a labspec.LabSpec's allowed files and caps (bounded: in a child
     process with a time and memory limit, as the grader does it)."""
     run = intake_bounded if bounded else intake
-    return run(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits))
+    return run(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits), shown=shown)
 
 
 # ---------------------------------------------------------------------------- bounded
@@ -891,7 +892,7 @@ INTAKE_MEMORY = 1 << 30
 
 def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None,
                    limits: IntakeLimits = DEFAULT_LIMITS, timeout: float = INTAKE_TIMEOUT,
-                   memory: int = INTAKE_MEMORY) -> Intake:
+                   memory: int = INTAKE_MEMORY, shown: str | None = None) -> Intake:
     """intake() in a child process that may use `timeout` seconds and `memory` bytes
     (bounded.call): the caps above bound what an archive may expand to, this bounds
     what reading it may cost (a decompressor or a parser that a crafted file sends
@@ -900,7 +901,7 @@ def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None
     scratch = _prepare_scratch(scratch)
     # A path is bytes to the OS: undecodable ones travel as surrogate escapes.
     request = {"path": os.fsdecode(os.fsencode(path)), "scratch": scratch,
-               "allowed": list(allowed), "limits": asdict(limits)}
+               "allowed": list(allowed), "limits": asdict(limits), "shown": shown}
     try:
         return Intake.from_dict(bounded.call("submission:_intake_child", request, timeout,
                                              memory))
@@ -909,7 +910,8 @@ def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None
     for name in os.listdir(scratch):                 # a child stopped half way
         full = os.path.join(scratch, name)
         shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
-    return Intake(source=printable(path), kind="unknown", scratch=scratch, verdict=INTAKE_LIMIT,
+    return Intake(source=printable(path) if shown is None else shown, kind="unknown",
+                  scratch=scratch, verdict=INTAKE_LIMIT,
                   message=f"{why}: the grader reads a submission with at most {timeout:.0f}s "
                           f"and {memory >> 20} MiB (a crafted archive?)")
 
@@ -917,7 +919,7 @@ def intake_bounded(path: str, allowed: Sequence[str], scratch: str | None = None
 def _intake_child(req: dict[str, Any]) -> dict[str, Any]:
     """The bounded intake's child (bounded.call): the request's path into its scratch."""
     return intake(req["path"], req["allowed"], req["scratch"],
-                  IntakeLimits(**req["limits"])).to_dict()
+                  IntakeLimits(**req["limits"]), req.get("shown")).to_dict()
 
 
 # ---------------------------------------------------------------------------- identity
