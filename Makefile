@@ -9,7 +9,7 @@ SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 BUILD := $(or $(MMIOLAB_BUILD),build)
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
-	gradescope prairielearn clean help full-kit
+	gradescope prairielearn cleanroots clean help full-kit
 
 all: kernel initramfs
 
@@ -82,6 +82,19 @@ gradescope: full-kit
 prairielearn: full-kit
 	@$(PY) scripts/prairielearn $(if $(LAB),--lab $(LAB)) $(if $(IMAGE),--image '$(IMAGE)') $(if \
 		$(UNCONFINED),--allow-unconfined-build)
+
+## make cleanroots  use the handout, the Gradescope zip and the PrairieLearn grader of LAB
+##                  (default doorbell) in clean Debian 13 and 12 roots, as their users
+##                  would (root; Debian's archive; RELEASES=, CHECKS= to narrow)
+RELEASES ?= trixie bookworm
+CHECKS ?= handout gradescope prairielearn
+cleanroots: full-kit
+	@mkdir -p $(BUILD); fails=0; for r in $(RELEASES); do for c in $(CHECKS); do \
+		log=$(BUILD)/cleanroot-$$c-$$r.log; t0=$$(date +%s); \
+		if $(PY) scripts/cleanroot --release $$r --check $$c --lab $(or $(LAB),doorbell) \
+			>$$log 2>&1; then v=ok; else v=FAILED; fails=$$((fails + 1)); fi; \
+		echo "mmiolab: cleanroots: $$r $$c: $$v in $$(( $$(date +%s) - t0 ))s ($$log)"; \
+	done; done; exit $$((fails > 0))
 
 # A student handout (scripts/handout) has no solutions, tests or doc sources.
 full-kit:
