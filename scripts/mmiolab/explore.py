@@ -23,7 +23,6 @@ import tempfile
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, initramfs, stages, timeline, vm
-from .grade import fabric_append
 from .lab import Lab, confinement, guest_programs, scratch_root
 from .labspec import LabSpec
 
@@ -54,7 +53,7 @@ def fabric_words(spec: LabSpec, extra: str = "") -> list[str]:
     FABRIC words ("profile=pc jitter_ns=0", "mmiosim." optional) on top:
     a parameter given again replaces the lab's value."""
     params: dict[str, str] = {}
-    for word in fabric_append(spec):
+    for word in stages.fabric_append(spec):
         key, val = word.removeprefix("mmiosim.").split("=", 1)
         params[key] = val
     for word in extra.split():
