@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, labspec, prairielearn, report
+from mmiolab import BUILD, ROOT, labspec, prairielearn, report, stages
 from vmtest import need_guest, report as say
 
 MARKER = "HIDDEN-MARKER-7f3a9c"
@@ -63,13 +63,13 @@ class ResultsJsonTest(unittest.TestCase):
 
     def test_only_a_grader_failure_is_not_gradable(self):
         spec = labspec.load_lab("doorbell")
-        broken = report.not_graded(spec, "s", "build-failed", "ringdrv.c:3: error: oops")
+        broken = stages.not_graded(spec, "s", "build-failed", "ringdrv.c:3: error: oops")
         doc = prairielearn.results_json(broken)
         self.assertTrue(doc["gradable"])
         self.assertEqual(doc["score"], 0.0)
         self.assertIn("build-failed", doc["message"])
         self.assertIn("ringdrv.c:3: error: oops", doc["output"])
-        failed = report.not_graded(spec, "s", "grader-error", "internal grader error")
+        failed = stages.not_graded(spec, "s", "grader-error", "internal grader error")
         doc = prairielearn.results_json(failed)
         self.assertIs(doc["gradable"], False)
         self.assertIn("not counted", doc["message"])

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from . import BUILD, ROOT, kernel, report, stages, submission
 from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
-from .stages import fabric_append  # noqa: F401  (the run stage's; named here as before)
 
 
 @dataclass
@@ -124,7 +123,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
         result = _grade(spec, path, sub_id, opts, out_dir, work)
         result.key = key
     except Exception as e:    # a grader bug must not lose the batch either
-        result = report.not_graded(spec, sub_id, "grader-error",
+        result = stages.not_graded(spec, sub_id, "grader-error",
                                    build_text(f"internal grader error: {e!r}"))
         # For the instructor (never in what the student sees): where it broke.
         trace = traceback.format_exc()
