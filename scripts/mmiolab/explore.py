@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, initramfs, stages, timeline, vm
+from . import BUILD, ROOT, MmiolabError, initramfs, stages, timeline, vm
 from .lab import Lab, confinement, guest_programs, scratch_root
 from .labspec import LabSpec
 
@@ -33,7 +33,7 @@ PROMPT = "mmiolab:/job# "
 FABRIC_WORD = re.compile(r"^(?:mmiosim\.)?([a-z_][a-z0-9_]*)=([A-Za-z0-9_.,:+-]+)$")
 
 
-class ExploreError(Exception):
+class ExploreError(MmiolabError):
     """Something the student must fix first; the message says what."""
 
 

@@ -41,6 +41,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
+from . import MmiolabError
+
 STATUSES = ("passed", "failed", "crashed", "error", "skipped")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 RESULT_SCHEMA = 1
@@ -63,7 +65,7 @@ _WHY = {
 }
 
 
-class ReportError(Exception):
+class ReportError(MmiolabError):
     """A result that cannot be written or read back (bad fields, unreadable file)."""
 
 
