@@ -341,7 +341,7 @@ class GradescopeTest(unittest.TestCase):
             self.assertIn(need, self.members)
         res = subprocess.run(["make", "-n", "gradescope", "LAB=doorbell"], cwd=ROOT,
                              capture_output=True, text=True)
-        self.assertIn("scripts/gradescope --lab doorbell", res.stdout)
+        self.assertIn("-m mmiolab gradescope --lab doorbell", res.stdout)
         report(f"autograder zip: {os.path.getsize(self.zip) >> 10} KiB, "
                f"{len(self.members)} files")
 

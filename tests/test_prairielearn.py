@@ -221,7 +221,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(os.readlink(link), "../src")
         res = subprocess.run(["make", "-n", "prairielearn", "LAB=doorbell", "IMAGE=a/b"],
                              cwd=ROOT, capture_output=True, text=True)
-        self.assertIn("scripts/prairielearn --lab doorbell --image 'a/b'", res.stdout)
+        self.assertIn("-m mmiolab prairielearn --lab doorbell --image 'a/b'", res.stdout)
 
     def test_no_hidden_tests_is_not_gradable(self):
         """A question copied without tests/ does not grade out of fewer points."""
