@@ -17,7 +17,9 @@
 
 grade.grade_one runs them in this order for every submission, whether graded
 from the command line, in a batch, by the demo or in an autograder's
-container; nothing else runs a guest on a student's module or scores it.
+container; nothing else scores one. The lab VM (explore.labvm) prepares the
+student's module here and then boots its own interactive guest; labstats
+(labtest) runs the lab's own variants with run_guest, or several in one guest.
 
 What prepare does, in this order: intake (submission.intake_for_lab, in a
 bounded child), flags on the source (objcheck.source_flags) and its review
@@ -31,8 +33,8 @@ submission's shown name, the build its source's.
 
 from __future__ import annotations
 
-import os
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
