@@ -157,14 +157,20 @@ def _read(path: str) -> str:
 
 # ---------------------------------------------------------------------------- run
 
+# lab.toml's words for the fabric's parameters where the kernel's differ.
+KERNEL_NAMES = {"semantics": "locking"}
+
+
+def fabric_params(spec: LabSpec, hidden: bool = False) -> dict[str, str]:
+    """The lab's fabric model (or the hidden tests': the lab's, with
+    hidden/hidden.toml's overrides) in the kernel's names and words."""
+    return {KERNEL_NAMES.get(key, key): f"{val}"
+            for key, val in (spec.hidden_fabric if hidden else spec.fabric).items()}
+
+
 def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
-    """Kernel command-line words for the lab's fabric model (or the hidden
-    tests' model: the lab's, with hidden/hidden.toml's overrides)."""
-    words = []
-    for key, val in (spec.hidden_fabric if hidden else spec.fabric).items():
-        name = "locking" if key == "semantics" else key
-        words.append(f"mmiosim.{name}={val}")
-    return words
+    """Kernel command-line words for the lab's fabric model (fabric_params)."""
+    return [f"mmiosim.{key}={val}" for key, val in fabric_params(spec, hidden).items()]
 
 
 @dataclass(kw_only=True)
