@@ -18,7 +18,7 @@ specification has no top-level max_score; ours is in extra_data.mmiolab with
 everything needed to read the result back (load_results_json), which is what
 ``merge`` uses to build one gradebook from several hosts' outputs:
 
-    PYTHONPATH=scripts python3 -m mmiolab.report merge -o gradebook.csv OUT_DIR...
+    PYTHONPATH=scripts python3 -m mmiolab merge -o gradebook.csv OUT_DIR...
 """
 
 from __future__ import annotations
