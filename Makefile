@@ -3,9 +3,10 @@
 
 SHELL := /bin/bash
 PY := /usr/bin/python3
-KIT := $(PY) scripts/kit
+# The kit's one command (python3 -m mmiolab SUBCOMMAND; scripts/mmiolab/__main__.py).
+MMIOLAB := PYTHONPATH=scripts $(PY) -m mmiolab
 SPHINX := $(PY) -m sphinx -W --keep-going -n -q
-# Everything generated goes here (MMIOLAB_BUILD moves it, as for scripts/kit).
+# Everything generated goes here (MMIOLAB_BUILD moves it, as for the command).
 BUILD := $(or $(MMIOLAB_BUILD),build)
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
@@ -18,7 +19,7 @@ help:
 
 ## make demo        install what is missing, build everything, boot the lab VM, show the kit
 demo: full-kit deps
-	@$(PY) scripts/demo
+	@$(MMIOLAB) demo
 
 ## make check       the whole test suite (last line: N passed, N failed)
 check: full-kit kernel kernel-debug initramfs
@@ -31,56 +32,56 @@ deps:
 ## make kernel      unpack, patch and build the lab kernel (build/kernel);
 ##                  DEBUG=1: the debug kernel with lockdep and KFENCE (build/kernel-debug)
 kernel:
-	@MMIOLAB_DEBUG=$(DEBUG) $(KIT) kernel
+	@MMIOLAB_DEBUG=$(DEBUG) $(MMIOLAB) kernel
 
 kernel-debug:
-	@MMIOLAB_DEBUG=1 $(KIT) kernel
+	@MMIOLAB_DEBUG=1 $(MMIOLAB) kernel
 
 ## make initramfs   busybox-static initramfs with the guest helpers (build/initramfs)
 initramfs:
-	@$(KIT) initramfs
+	@$(MMIOLAB) initramfs
 
 ## make vm          the interactive lab VM (leave with Ctrl-A X)
 vm: kernel initramfs
-	@$(KIT) vm
+	@$(MMIOLAB) vm
 
 ## make bench      the fabric's benchmark in a guest: flush costs, overtakes, accessor cost
 bench: kernel initramfs
-	@$(KIT) bench
+	@$(MMIOLAB) bench
 
 ## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n,
 ##                  ONLY='fixture:*' for some rows); the table goes to build/labstats.txt too
 LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
 labstats: full-kit kernel initramfs
 	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
-		$(PY) scripts/labstats --lab $$lab --seeds $(or $(SEEDS),100) \
+		$(MMIOLAB) labstats --lab $$lab --seeds $(or $(SEEDS),100) \
 			$(foreach p,$(ONLY),--only '$(p)') || exit 1; \
 	done | tee $(BUILD)/labstats.txt
 
 ## make bisect     build every prefix of the patch series (slow; not part of check)
 bisect:
-	@$(KIT) bisect
+	@$(MMIOLAB) bisect
 
 ## make docs        render the HTML docs into build/docs/html
 docs: full-kit
-	@MMIOLAB_DEBUG= $(KIT) kernel
+	@MMIOLAB_DEBUG= $(MMIOLAB) kernel
 	@$(SPHINX) -b html -d $(BUILD)/docs/doctrees -c . Documentation $(BUILD)/docs/html
 	@echo "mmiolab: docs: file://$(abspath $(BUILD))/docs/html/index.html"
 
 ## make handout     each lab's student handout (no solutions) into build/handout
 handout: full-kit
-	@$(PY) scripts/handout
+	@$(MMIOLAB) handout
 
 ## make gradescope  a lab's Gradescope autograder zip (LAB=name; default every lab)
 ##                  into build/gradescope; UNCONFINED=1 lets it build unconfined
 gradescope: full-kit
-	@$(PY) scripts/gradescope $(if $(LAB),--lab $(LAB)) $(if $(UNCONFINED),--allow-unconfined-build)
+	@$(MMIOLAB) gradescope $(if $(LAB),--lab $(LAB)) $(if $(UNCONFINED),--allow-unconfined-build)
 
 ## make prairielearn  a lab's PrairieLearn question and grader image (LAB=name; default
 ##                  every lab) into build/prairielearn; IMAGE=you/mmiolab-{lab} names the
 ##                  image in info.json; UNCONFINED=1 lets it build unconfined
 prairielearn: full-kit
-	@$(PY) scripts/prairielearn $(if $(LAB),--lab $(LAB)) $(if $(IMAGE),--image '$(IMAGE)') $(if \
+	@$(MMIOLAB) prairielearn $(if $(LAB),--lab $(LAB)) $(if $(IMAGE),--image '$(IMAGE)') $(if \
 		$(UNCONFINED),--allow-unconfined-build)
 
 ## make cleanroots  use the handout, the Gradescope zip and the PrairieLearn grader of LAB

@@ -11,18 +11,18 @@
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 SUBMISSION ?= starter/$(FILE)
 OUT := $(or $(MMIOLAB_BUILD),$(ROOT)/build)/selfcheck/$(LAB)
-KIT := /usr/bin/python3 $(ROOT)/scripts/kit
+MMIOLAB := PYTHONPATH=$(ROOT)/scripts /usr/bin/python3 -m mmiolab
 
 .PHONY: check vm timeline
 check:
 	@$(MAKE) -s -C $(ROOT) kernel initramfs
-	@/usr/bin/python3 $(ROOT)/scripts/grade --lab $(LAB) --out $(OUT) $(abspath $(SUBMISSION))
+	@$(MMIOLAB) grade --lab $(LAB) --out $(OUT) $(abspath $(SUBMISSION))
 	@cat $(OUT)/$(basename $(notdir $(SUBMISSION)))/summary.txt
 
 vm:
 	@$(MAKE) -s -C $(ROOT) kernel initramfs
-	@$(KIT) labvm --lab $(LAB) --submission '$(abspath $(SUBMISSION))' --shown '$(SUBMISSION)' \
+	@$(MMIOLAB) labvm --lab $(LAB) --submission '$(abspath $(SUBMISSION))' --shown '$(SUBMISSION)' \
 		$(if $(FABRIC),--fabric '$(FABRIC)') $(if $(SMP),--smp $(SMP))
 
 timeline:
-	@$(KIT) timeline --lab $(LAB) $(if $(REC),--rec $(REC)) $(if $(filter 0 no,$(OPEN)),--no-open)
+	@$(MMIOLAB) timeline --lab $(LAB) $(if $(REC),--rec $(REC)) $(if $(filter 0 no,$(OPEN)),--no-open)

@@ -272,7 +272,7 @@ class BatchTest(unittest.TestCase):
             return lab.Run(list(seeds), "0" * 32, res)
 
         with mock.patch.object(stages, "build_driver", build), \
-                mock.patch.object(grade, "run_tests", run):
+                mock.patch.object(stages, "run_tests", run):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
                                 grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
         self.assertEqual(r.verdict, "graded", r.notes)
@@ -341,7 +341,7 @@ class GradescopeTest(unittest.TestCase):
             self.assertIn(need, self.members)
         res = subprocess.run(["make", "-n", "gradescope", "LAB=doorbell"], cwd=ROOT,
                              capture_output=True, text=True)
-        self.assertIn("scripts/gradescope --lab doorbell", res.stdout)
+        self.assertIn("-m mmiolab gradescope --lab doorbell", res.stdout)
         report(f"autograder zip: {os.path.getsize(self.zip) >> 10} KiB, "
                f"{len(self.members)} files")
 
@@ -505,7 +505,7 @@ class RecordedRunGradeTest(unittest.TestCase):
                 mock.patch.object(stages.objcheck, "check_elf",
                                   lambda *a, **k: objcheck.Findings()), \
                 mock.patch.object(stages, "disassemble", lambda *a, **k: ""), \
-                mock.patch.object(grade, "run_tests", run_tests):
+                mock.patch.object(stages, "run_tests", run_tests):
             r = grade.grade_one(spec, src, "alice", grade.GradeOptions(seeds=[1, 2, 3], out=out))
         with open(os.path.join(out, "alice", "results.json")) as f:
             doc = json.load(f)

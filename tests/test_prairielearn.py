@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, labspec, prairielearn, report
+from mmiolab import BUILD, ROOT, labspec, prairielearn, report, stages
 from vmtest import need_guest, report as say
 
 MARKER = "HIDDEN-MARKER-7f3a9c"
@@ -63,13 +63,13 @@ class ResultsJsonTest(unittest.TestCase):
 
     def test_only_a_grader_failure_is_not_gradable(self):
         spec = labspec.load_lab("doorbell")
-        broken = report.not_graded(spec, "s", "build-failed", "ringdrv.c:3: error: oops")
+        broken = stages.not_graded(spec, "s", "build-failed", "ringdrv.c:3: error: oops")
         doc = prairielearn.results_json(broken)
         self.assertTrue(doc["gradable"])
         self.assertEqual(doc["score"], 0.0)
         self.assertIn("build-failed", doc["message"])
         self.assertIn("ringdrv.c:3: error: oops", doc["output"])
-        failed = report.not_graded(spec, "s", "grader-error", "internal grader error")
+        failed = stages.not_graded(spec, "s", "grader-error", "internal grader error")
         doc = prairielearn.results_json(failed)
         self.assertIs(doc["gradable"], False)
         self.assertIn("not counted", doc["message"])
@@ -221,7 +221,7 @@ class PackTest(unittest.TestCase):
         self.assertEqual(os.readlink(link), "../src")
         res = subprocess.run(["make", "-n", "prairielearn", "LAB=doorbell", "IMAGE=a/b"],
                              cwd=ROOT, capture_output=True, text=True)
-        self.assertIn("scripts/prairielearn --lab doorbell --image 'a/b'", res.stdout)
+        self.assertIn("-m mmiolab prairielearn --lab doorbell --image 'a/b'", res.stdout)
 
     def test_no_hidden_tests_is_not_gradable(self):
         """A question copied without tests/ does not grade out of fewer points."""

@@ -14,7 +14,7 @@ import unittest
 import xml.etree.ElementTree as ET
 from unittest import mock
 
-from mmiolab import ROOT, ktap, labspec, report
+from mmiolab import ROOT, ktap, labspec, report, stages
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
@@ -50,7 +50,7 @@ def graded(sample="race-fail.channel.log", student="alice", console="pass.consol
     parsed = ktap.parse(data(sample), NONCE)
     res = report.GradeResult(
         submission_id=student, lab="doorbell",
-        tests=report.outcomes(SPEC, parsed, kw.pop("host_tests", host_tests())),
+        tests=stages.outcomes(SPEC, parsed, kw.pop("host_tests", host_tests())),
         replay=report.Replay(seeds=[1, 2, 3], profile="sn2", semantics="2004",
                              params={"route_ns": 400, "jitter_ns": 150},
                              first_failing_seed=1 if "fail" in sample else None,
@@ -91,14 +91,14 @@ class OutcomesTest(unittest.TestCase):
     def test_partial_credit_through_fraction(self):
         text = data("pass.channel.log").replace("fraction=1", "fraction=0.5")
         parsed = ktap.parse(text, NONCE)
-        cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+        cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
         self.assertEqual((cost.score, cost.status), (5.0, "passed"))
         for bad in ("fraction=nan", "fraction=zz", "fraction=-3"):
             parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", bad), NONCE)
-            cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
             self.assertEqual(cost.score, 0.0, bad)
         parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", "fraction=7"), NONCE)
-        self.assertEqual(report.outcome_from_ktap(SPEC.test("cost"),
+        self.assertEqual(stages.outcome_from_ktap(SPEC.test("cost"),
                                                   parsed.expect(["cost"])["cost"]).score, 10)
 
     def test_no_cost_marks_without_a_flush(self):
@@ -109,16 +109,16 @@ class OutcomesTest(unittest.TestCase):
                 "flush=mmiowb ns_per_doorbell=1843 baseline_ns=1702 readback_ns=6811 fraction=1",
                 line)
             parsed = ktap.parse(text, NONCE)
-            cost = report.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
             self.assertEqual((cost.score, cost.status), (0.0, "passed"), line)
-            self.assertIn("why: " + report.NO_FLUSH, cost.output)
+            self.assertIn("why: " + stages.NO_FLUSH, cost.output)
 
     def test_missing_host_test_is_an_error(self):
         res = graded(host_tests={})
         self.assertEqual({t.name: t.status for t in res.tests}["build"], "error")
 
     def test_not_graded(self):
-        res = report.not_graded(SPEC, "mallory", "path-traversal",
+        res = stages.not_graded(SPEC, "mallory", "path-traversal",
                                 "../ringdrv.c: '..' in the path would leave the folder",
                                 submission="class/mallory.tgz")
         self.assertEqual(res.score, 0)
@@ -160,7 +160,7 @@ class GradescopeTest(unittest.TestCase):
         """gradescope_problems() reads a document as Gradescope's specification
         does; every document the grader writes passes it, and it catches what
         the specification does not allow."""
-        for res in (graded(), report.not_graded(SPEC, "bob", "build-failed", "no")):
+        for res in (graded(), stages.not_graded(SPEC, "bob", "build-failed", "no")):
             self.assertEqual(report.gradescope_problems(report.gradescope_json(res)), [])
         doc = report.gradescope_json(graded())
         doc["tests"][0]["status"] = "PASS"

@@ -1,13 +1,18 @@
-"""stages.prepare, the first grading stage: a submission made ready to run, or
-refused with the grader's words.
+"""The grading stages: prepare (a submission made ready to run, or refused with
+the grader's words), run (the guests), score (points) and write (the outputs),
+and grade.grade_one, which runs them in order.
 
-Most tests fake the build (stages.build_driver) and the disassembler, as
-kunit_tool_test.py fakes its kernel tree: no compiler, no sandbox, no guest.
-The module they 'build' is a real ELF object, made here, so the ELF check
-runs for real; the disassembly is objdump's text, written here. One test
-builds the doorbell starter for real.
+Most tests fake what needs a compiler or a guest, as kunit_tool_test.py fakes
+its kernel tree: the build (stages.build_driver), the disassembler and the
+guest (stages.run_tests, FakeGuest: it answers with recorded guest output,
+tests/data/ktap). The module they 'build' is a real ELF object, made here, so
+the ELF check runs for real; the disassembly is objdump's text, written here;
+the guest's output is read by the grader's own parsers. One test builds the
+doorbell starter for real; none boots a guest.
 """
 
+import csv
+import json
 import os
 import shutil
 import struct
@@ -15,7 +20,8 @@ import tempfile
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, ROOT, kernel, lab, labspec, objcheck, stages
+from mmiolab import BUILD, ROOT, grade, guestout, kernel, lab, labspec, objcheck, report, \
+    stages, vm
 from mmiolab.lab import BuildFailed, build_text
 
 DOORBELL = os.path.join(ROOT, "labs", "doorbell")
@@ -262,6 +268,306 @@ class RealBuildTest(unittest.TestCase):
         self.assertIn("ringdrv.ko", r.build_log)
         self.assertNotIn(ROOT, r.build_log)
         self.assertFalse(os.path.exists(os.path.join(tmp, "starter.diff")))
+
+
+# ---------------------------------------------------------------------------- run, score, write
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
+NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"      # the recorded samples' (data/ktap/README)
+WARNING = "[    2.000000] WARNING: CPU: 0 PID: 9 at ringdrv.c:88 ring_probe+0x1/0x2\n"
+
+
+def recorded(name: str) -> str:
+    with open(os.path.join(DATA, name)) as f:
+        return f.read()
+
+
+def harness(lines: list[str]) -> str:
+    return "".join(f"{NONCE} {line}\n" for line in lines)
+
+
+class FakeGuest:
+    """Stands in for lab.run_tests: answers each guest with recorded output
+    (the visible run: a channel file of data/ktap, the hidden run: `hidden`),
+    writes its console.log where the real one would be, and remembers how it was
+    called."""
+
+    HIDDEN_PASS = ["KTAP version 1", "1..2", "ok 1 race_4cpu", "ok 2 race_long"]
+
+    def __init__(self, channel="pass.channel.log", console=None, status="exited",
+                 hidden=None, hidden_console="", hidden_status="exited"):
+        self.channel, self.status = channel, status
+        self.console = recorded("pass.console.log") if console is None else console
+        self.hidden = self.HIDDEN_PASS if hidden is None else hidden
+        self.hidden_console, self.hidden_status = hidden_console, hidden_status
+        self.calls = []
+
+    def __call__(self, lab_, ko, seeds, log_dir, **kw):
+        self.calls.append({"lab": lab_, "ko": ko, "seeds": list(seeds), "log_dir": log_dir, **kw})
+        os.makedirs(log_dir, exist_ok=True)
+        if kw.get("harness"):
+            channel = harness(self.hidden + ["# mmiolab harness: end"])
+            console, status = self.hidden_console, self.hidden_status
+        else:
+            channel = recorded(self.channel) + harness(["# mmiolab harness: end"])
+            console, status = self.console, self.status
+        log = os.path.join(log_dir, "console.log")
+        with open(log, "w") as f:
+            f.write(console)
+        res = vm.RunResult(status, 0 if status == "exited" else None, console, channel, 2.0, 0.5,
+                           "tcg", log)
+        return lab.Run(list(seeds), NONCE, res, list(kw.get("append") or []))
+
+
+class StageCase(unittest.TestCase):
+    def setUp(self):
+        self.spec = labspec.load_lab("doorbell")
+        self.tmp = tempfile.mkdtemp(prefix="stages-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.out = os.path.join(self.tmp, "out")
+        os.makedirs(self.out)
+
+    def prepared(self, **kw) -> stages.Prepared:
+        ko = os.path.join(self.tmp, "ringdrv.ko")
+        open(ko, "wb").close()
+        return stages.Prepared(ko=ko, warnings=kw.pop("warnings", []), **kw)
+
+    def run_stage(self, guest: FakeGuest, ready=None, seeds=(1, 2, 3), **kw) -> stages.Ran:
+        with mock.patch.object(stages, "run_tests", guest):
+            return stages.run(self.spec, ready or self.prepared(), list(seeds), self.out, **kw)
+
+    def ran(self, **guest) -> stages.Ran:
+        """The run stage's result with its guests faked, read in this process
+        (guestout.read: what the bounded child runs)."""
+        with mock.patch.object(stages.guestout, "read_bounded", guestout.read):
+            return self.run_stage(FakeGuest(**guest))
+
+    def by_name(self, result: report.GradeResult) -> dict[str, report.TestOutcome]:
+        return {t.name: t for t in result.tests}
+
+
+class RunStageTest(StageCase):
+    def test_visible_then_hidden_each_in_its_guest(self):
+        guest = FakeGuest()
+        ran = self.run_stage(guest, cmds=77, append=("mmiosim.jitter_ns=5",), title="t")
+        visible, hidden = guest.calls
+        fabric = stages.fabric_append(self.spec)
+        self.assertEqual(visible["append"], fabric + ["mmiosim.jitter_ns=5"])
+        self.assertEqual((visible["log_dir"], visible["cmds"], visible["seeds"]),
+                         (self.out, 77, [1, 2, 3]))
+        self.assertEqual((visible["timeout"], visible["console_cap"]),
+                         (self.spec.limits.run_timeout, self.spec.limits.console_cap))
+        self.assertNotIn("harness", visible)
+        self.assertEqual(hidden["append"],
+                         stages.fabric_append(self.spec, hidden=True) + ["mmiosim.jitter_ns=5"])
+        self.assertEqual((hidden["harness"], hidden["smp"], hidden["log_dir"]),
+                         (self.spec.hidden_harness, self.spec.hidden_smp,
+                          os.path.join(self.out, "hidden")))
+        self.assertEqual(ran.visible.nonce, NONCE)
+        self.assertEqual([t.name for t in ran.seen.parsed.root.subtests][:2],
+                         ["load_unload", "single_cpu"])
+        self.assertEqual([t.name for t in ran.hidden_seen.parsed.root.subtests],
+                         ["race_4cpu", "race_long"])
+        self.assertIn("profile=sn2", ran.seen.info)
+
+    def test_no_hidden_guest_after_a_visible_one_that_did_not_finish(self):
+        guest = FakeGuest(status="hang")
+        ran = self.run_stage(guest)
+        self.assertEqual(len(guest.calls), 1)
+        self.assertIsNone(ran.hidden)
+        self.assertIsNone(ran.hidden_seen)
+
+    def test_a_lab_without_hidden_tests_boots_one_guest(self):
+        self.spec = labspec.LabSpec(**{**vars(self.spec), "tests": tuple(
+            t for t in self.spec.tests if t.source != "hidden")})
+        guest = FakeGuest()
+        self.run_stage(guest)
+        self.assertEqual(len(guest.calls), 1)
+
+    def test_run_guest_takes_other_limits_when_given(self):
+        guest = FakeGuest()
+        with mock.patch.object(stages, "run_tests", guest):
+            stages.run_guest(self.spec, "x.ko", [5], self.out, hidden=True, timeout=9,
+                             console_cap=1000)
+        call, = guest.calls
+        self.assertEqual((call["timeout"], call["console_cap"], call["harness"]),
+                         (9, 1000, self.spec.hidden_harness))
+
+
+class ScoreStageTest(StageCase):
+    def test_a_passing_run_earns_every_point(self):
+        r = stages.score(self.spec, "alice", self.prepared(), self.ran())
+        self.assertEqual((r.score, r.max_score, r.verdict), (100, 100, "graded"))
+        self.assertEqual(r.replay.seeds_passed, 3)
+        self.assertEqual((r.replay.profile, r.replay.semantics), ("sn2", "2004"))
+        self.assertEqual(r.console_log, "console.log")
+        self.assertEqual((r.notes, r.flags, r.console_excerpt), ([], [], ""))
+
+    def test_the_race_fails_on_every_seed(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="race-fail.channel.log"))
+        t = self.by_name(r)
+        self.assertEqual((t["race"].status, t["race"].score), ("failed", 0))
+        self.assertIn("why: seed_1: 6 commands lost", t["race"].output)
+        self.assertEqual((r.replay.seeds_passed, r.replay.first_failing_seed), (0, 1))
+
+    def test_build_warnings_cost_the_build_test_and_a_system_note_does_not(self):
+        ready = self.prepared(warnings=["ringdrv.c:9:1: warning: unused"], system_note="gcc")
+        t = self.by_name(stages.score(self.spec, "alice", ready, self.ran()))
+        self.assertEqual((t["build"].status, t["build"].score), ("failed", 0))
+        self.assertEqual(t["build"].output, "the build printed warnings:\n"
+                                            "ringdrv.c:9:1: warning: unused\n(not counted: gcc)")
+        ready = self.prepared(system_note="gcc")
+        t = self.by_name(stages.score(self.spec, "alice", ready, self.ran()))
+        self.assertEqual((t["build"].score, t["build"].output),
+                         (10, "built with no warnings\n(not counted: gcc)"))
+
+    def test_a_crash_fails_the_rest_and_clean_log_and_runs_no_hidden_test(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log",
+                                  console=recorded("crash.console.log"), status="panic"))
+        t = self.by_name(r)
+        self.assertEqual((t["race"].status, t["cost"].status), ("crashed", "crashed"))
+        self.assertEqual(t["clean_log"].status, "failed")
+        self.assertIn("Kernel panic", r.console_excerpt)
+        self.assertEqual(r.notes, ["the guest kernel panicked (oops or panic; see the console "
+                                   "log) [tcg, 2.0s]"])
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].output.splitlines()[-1]),
+                             ("error", "the hidden tests did not run"))
+
+    def test_a_warning_in_the_hidden_guest_stays_in_the_hidden_tests(self):
+        r = stages.score(self.spec, "alice", self.prepared(), self.ran(hidden_console=WARNING))
+        t = self.by_name(r)
+        self.assertEqual(t["clean_log"].status, "passed")
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("failed", 0))
+            self.assertIn("warning in the console log of the hidden tests' run", t[name].output)
+        self.assertEqual((r.notes, r.console_excerpt), ([], ""))
+        self.assertNotIn("ring_probe", report.summary_text(r))
+
+    def test_a_race_passed_with_no_visible_flush_is_flagged(self):
+        with mock.patch.object(stages.guestout, "read_bounded", guestout.read):
+            ran = self.run_stage(FakeGuest())
+        ran.seen = guestout.read(ran.visible.result.channel.replace("flush=mmiowb", "flush=none"),
+                                 ran.visible.result.console, NONCE)
+        ready = self.prepared(flags=["the source uses inline assembly"])
+        r = stages.score(self.spec, "alice", ready, ran)
+        self.assertEqual(r.flags, ["the source uses inline assembly", stages.NO_VISIBLE_FLUSH])
+        self.assertEqual(self.by_name(r)["cost"].score, 0)
+        self.assertEqual(ready.flags, ["the source uses inline assembly"], "prepare's, untouched")
+
+    def test_output_that_could_not_be_read_is_a_failure_that_says_why(self):
+        ran = self.ran()
+        ran.seen = guestout.unread("the guest's output was not read: too slow")
+        r = stages.score(self.spec, "alice", self.prepared(), ran)
+        t = self.by_name(r)
+        self.assertEqual(t["clean_log"].status, "failed")
+        self.assertEqual(r.notes, ["the guest's output was not read: too slow"])
+        self.assertEqual(t["race"].status, "crashed")
+
+    def test_a_refused_submission_scores_nothing_and_says_what_a_run_would_be(self):
+        why = stages.Refused(verdict="forbidden-symbols", why="imports x", notes=["ignored a"],
+                             flags=["f"], diff="+x")
+        r = stages.refused(self.spec, "alice", why, [4, 5])
+        self.assertEqual((r.score, r.verdict, r.notes, r.flags, r.diff),
+                         (0, "forbidden-symbols", ["imports x", "ignored a"], ["f"], "+x"))
+        self.assertTrue(all(t.status == "error" and t.output.endswith("not run: imports x")
+                            for t in r.tests))
+        self.assertEqual((r.replay.seeds, r.replay.profile), ([4, 5], "sn2"))
+
+
+class WriteStageTest(StageCase):
+    def result(self) -> report.GradeResult:
+        r = stages.score(self.spec, "alice", self.prepared(), self.ran())
+        r.submission = "alice.c"
+        return r
+
+    def test_the_outputs_the_gradebook_row_and_a_platforms_file(self):
+        r = self.result()
+        book = os.path.join(self.tmp, "gradebook.csv")
+        gs = os.path.join(self.tmp, "autograder", "results", "results.json")
+        done = stages.write(r, self.out, gradebook=book, source="/class/alice.c", gradescope=gs)
+        self.assertEqual(sorted(done.files), ["junit", "results", "summary"])
+        for path in done.files.values():
+            self.assertEqual(os.path.dirname(path), self.out)
+        with open(done.files["results"]) as f, open(gs) as g:
+            self.assertEqual(f.read(), g.read(), "Gradescope's file is the results.json")
+        self.assertEqual(done.platform, gs)
+        self.assertEqual((done.gradebook.added, done.gradebook.rows), (1, 1))
+        with open(book) as f:
+            row, = csv.DictReader(f)
+        self.assertEqual((row["student"], row["score"], row["submission"], row["results"]),
+                         ("alice", "100", "/class/alice.c", done.files["results"]))
+
+    def test_prairielearns_file(self):
+        pl = os.path.join(self.tmp, "grade", "results", "results.json")
+        done = stages.write(self.result(), self.out, prairielearn_results=pl)
+        with open(pl) as f:
+            doc = json.load(f)
+        self.assertEqual((doc["score"], doc["gradable"], done.gradebook), (1.0, True, None))
+
+    def test_nothing_but_the_outputs_unless_asked(self):
+        done = stages.write(self.result(), self.out)
+        self.assertEqual((done.gradebook, done.platform), (None, ""))
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["console.log", "hidden", "junit.xml", "results.json", "summary.txt"])
+
+
+class PipelineTest(StageCase):
+    """grade.grade_one through every stage, the build, the disassembler and the
+    guests faked: what each stage hands the next."""
+
+    def grade(self, text, guest=None, build=None, sid="alice", **kw):
+        src = os.path.join(self.tmp, f"{sid}.c")
+        with open(src, "w") as f:
+            f.write(text)
+        self.guest, self.build = guest or FakeGuest(), build or FakeBuild()
+        opts = grade.GradeOptions(seeds=[1, 2, 3], out=self.out)
+        with mock.patch.object(stages, "build_driver", self.build), \
+                mock.patch.object(stages, "disassemble", lambda *a, **k: CLEAN_CODE), \
+                mock.patch.object(stages, "run_tests", self.guest):
+            return grade.grade_one(self.spec, src, sid, opts, **kw)
+
+    def test_a_passing_submission_goes_through_every_stage(self):
+        book = os.path.join(self.out, "gradebook.csv")
+        r = self.grade(starter(), gradebook=book)
+        self.assertEqual((r.score, r.verdict, r.submission), (100, "graded", "alice.c"))
+        self.assertEqual(len(self.build.calls), 1)
+        ko = os.path.join(self.build.calls[0]["workdir"], "ringdrv.ko")
+        self.assertEqual([c["ko"] for c in self.guest.calls], [ko, ko], "the prepared module runs")
+        self.assertEqual(r.key["lab"], "doorbell")
+        self.assertEqual(report.load_results_json(
+            os.path.join(self.out, "alice", "results.json")).score, 100)
+        _, rows = report.read_gradebook(book)
+        self.assertEqual([row["student"] for row in rows], ["alice"])
+        self.assertFalse(os.path.exists(os.path.dirname(ko)), "the scratch is gone")
+
+    def test_a_refused_submission_never_reaches_a_guest(self):
+        r = self.grade(starter(), build=FakeBuild(imports=["_printk", "mmiosim_flush"]))
+        self.assertEqual((r.verdict, r.score), ("forbidden-symbols", 0))
+        self.assertEqual(self.guest.calls, [])
+        self.assertEqual(r.replay.seeds, [1, 2, 3])
+        self.assertTrue(os.path.exists(os.path.join(self.out, "alice", "summary.txt")))
+
+    def test_a_failure_inside_a_stage_is_a_grader_error_with_outputs(self):
+        def broken(*a, **k):
+            raise RuntimeError("the guest launcher broke")
+        with mock.patch("sys.stderr"):
+            r = self.grade(starter(), guest=broken)
+        self.assertEqual((r.verdict, r.score), ("grader-error", 0))
+        self.assertIn("RuntimeError('the guest launcher broke')", r.notes[0])
+        with open(os.path.join(self.out, "alice", "grader-error.txt")) as f:
+            self.assertIn("the guest launcher broke", f.read())
+        self.assertTrue(os.path.exists(os.path.join(self.out, "alice", "results.json")))
+
+    def test_the_gradescope_file_is_written_by_the_pipeline(self):
+        gs = os.path.join(self.tmp, "autograder", "results", "results.json")
+        self.grade(starter(), sid="submission", gradescope=gs)
+        with open(gs) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["score"], 100)
+        self.assertEqual(doc["extra_data"]["mmiolab"]["submission"], "submission.c")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ class VMTest(unittest.TestCase):
         """KASLR: a constant kernel address in a driver must be wrong (the grader's
         code check refuses them; this is why they could not work anyway)."""
         from mmiolab import kernel, labspec
-        from mmiolab.grade import fabric_append
+        from mmiolab.stages import fabric_append
         words = list(vm.BASE_APPEND)
         for name in labspec.lab_names():
             words += fabric_append(labspec.load_lab(name))

@@ -4,3 +4,8 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("MMIOLAB_BUILD", os.path.join(ROOT, "build"))
+
+
+class MmiolabError(Exception):
+    """The base of the kit's own errors: what a command can say in one line
+    instead of a traceback (python3 -m mmiolab catches it once)."""

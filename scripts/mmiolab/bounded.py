@@ -17,6 +17,8 @@ import subprocess
 import sys
 from typing import Any
 
+from . import MmiolabError
+
 PRLIMIT = "/usr/bin/prlimit"
 _SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = ("import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
@@ -26,7 +28,7 @@ _CHILD = ("import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
           "sys.stdout.write(json.dumps(out))")
 
 
-class Stopped(Exception):
+class Stopped(MmiolabError):
     """The child did not return a result; the message says why, in plain words
     ('reading it took more than 60s', 'reading it failed (MemoryError)')."""
 

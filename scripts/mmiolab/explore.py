@@ -22,8 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, initramfs, stages, timeline, vm
-from .grade import fabric_append
+from . import BUILD, ROOT, MmiolabError, initramfs, stages, timeline, vm
 from .lab import Lab, confinement, guest_programs, scratch_root
 from .labspec import LabSpec
 
@@ -34,7 +33,7 @@ PROMPT = "mmiolab:/job# "
 FABRIC_WORD = re.compile(r"^(?:mmiosim\.)?([a-z_][a-z0-9_]*)=([A-Za-z0-9_.,:+-]+)$")
 
 
-class ExploreError(Exception):
+class ExploreError(MmiolabError):
     """Something the student must fix first; the message says what."""
 
 
@@ -53,18 +52,14 @@ def fabric_words(spec: LabSpec, extra: str = "") -> list[str]:
     """Kernel command-line words for the lab's fabric, with the student's
     FABRIC words ("profile=pc jitter_ns=0", "mmiosim." optional) on top:
     a parameter given again replaces the lab's value."""
-    params: dict[str, str] = {}
-    for word in fabric_append(spec):
-        key, val = word.removeprefix("mmiosim.").split("=", 1)
-        params[key] = val
+    params = stages.fabric_params(spec)
     for word in extra.split():
         m = FABRIC_WORD.match(word)
         if not m:
             raise ExploreError(f"FABRIC: {word!r} is not a fabric parameter: write NAME=VALUE, "
                                "e.g. FABRIC='profile=pc' (the names are those of "
                                "/sys/kernel/debug/mmiosim/params)")
-        key = "locking" if m.group(1) == "semantics" else m.group(1)
-        params[key] = m.group(2)
+        params[stages.KERNEL_NAMES.get(m.group(1), m.group(1))] = m.group(2)
     return [f"mmiosim.{k}={v}" for k, v in params.items()]
 
 

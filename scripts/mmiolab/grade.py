@@ -1,11 +1,12 @@
-"""Grade submissions of a lab: intake, confined build, object checks, guest run,
-scoring, outputs.
+"""Grade submissions of a lab: one submission (grade_one), a batch (grade_batch),
+and what a batch needs around it (ids, the resume key).
 
-One submission: first stages.prepare (take only the files the lab allows,
-build them with the lab's own Kbuild and headers in a sandbox, refuse modules
-whose imports or code the lab does not allow), then boot a fresh guest that
-runs the lab's harness over the seeds, read results only from the nonce-marked
-harness channel, and write results.json (Gradescope), junit.xml and summary.txt.
+One submission goes through the stages of stages.py: prepare (take only the
+files the lab allows, build them with the lab's own Kbuild and headers in a
+sandbox, refuse modules whose imports or code the lab does not allow), run (a
+fresh guest runs the lab's harness over the seeds; results are read only from
+the nonce-marked harness channel), score, and write (results.json for
+Gradescope, junit.xml, summary.txt, the gradebook row).
 Nothing a submission does stops the batch: every failure becomes a verdict
 with its reason. What a student sees names no host path.
 """
@@ -24,8 +25,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, guestout, kernel, ktap, report, stages, submission
-from .lab import Lab, build_text, new_scratch, remove_stale_scratch, run_tests
+from . import BUILD, ROOT, kernel, report, stages, submission
+from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
 
 
@@ -80,42 +81,6 @@ def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
                                                  submission.IntakeLimits.from_lab(spec.limits))}
 
 
-def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
-    """Kernel command-line words for the lab's fabric model (or the hidden
-    tests' model: the lab's, with hidden/hidden.toml's overrides)."""
-    words = []
-    for key, val in (spec.hidden_fabric if hidden else spec.fabric).items():
-        name = "locking" if key == "semantics" else key
-        words.append(f"mmiosim.{name}={val}")
-    return words
-
-
-def _host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
-                  fraction: float = 1.0) -> report.TestOutcome:
-    g = spec.test(name)
-    return report.TestOutcome(name, g.points * fraction if ok else 0.0, g.points,
-                              "passed" if ok else "failed", output, g.visibility, g.description)
-
-
-def _replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
-            info: str) -> report.Replay:
-    params = dict(kv.split("=", 1) for kv in info.split() if "=" in kv)
-    rep = report.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
-                        semantics=params.pop("locking", str(spec.fabric.get("semantics", ""))),
-                        params={k: v for k, v in params.items()
-                                if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns",
-                                         "stall_ns", "stall_ppm")})
-    # Seeds that passed every per-seed test; the first seed any of them failed.
-    per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
-    per_seed = [t for t in per_seed if t is not None and t.subtests]
-    if per_seed:
-        passing = [{t.name for t in test.subtests if t.status.ok} for test in per_seed]
-        good = [all(f"seed_{s}" in p for p in passing) for s in seeds]
-        rep.seeds_passed = sum(good)
-        rep.first_failing_seed = next((s for s, ok in zip(seeds, good) if not ok), None)
-    return rep
-
-
 def entries_for(spec: LabSpec, paths: list[str]) -> list[tuple[str, str]]:
     """(student id, path) pairs for the command line's submissions; a folder without
     the lab's files is a class folder (one student per child). Ids are unique over
@@ -144,8 +109,11 @@ def display_name(path: str) -> str:
 
 
 def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
-              key: dict | None = None) -> report.GradeResult:
-    """Grade one submission; writes its outputs under opts.out/sub_id."""
+              key: dict | None = None, *, gradebook: str = "", gradescope: str = "",
+              prairielearn: str = "") -> report.GradeResult:
+    """Grade one submission: the stages (stages.prepare, run, score), then its
+    outputs under opts.out/sub_id (stages.write), its row in `gradebook` and a
+    platform's results file (`gradescope`, `prairielearn`: its path) if given."""
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
@@ -154,10 +122,8 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
         key = key or grading_key(spec, opts, path)
         result = _grade(spec, path, sub_id, opts, out_dir, work)
         result.key = key
-        if not result.replay.seeds:          # refused before the run: say what it would be
-            result.replay = _replay(spec, opts.seeds, None, "")
     except Exception as e:    # a grader bug must not lose the batch either
-        result = report.not_graded(spec, sub_id, "grader-error",
+        result = stages.not_graded(spec, sub_id, "grader-error",
                                    build_text(f"internal grader error: {e!r}"))
         # For the instructor (never in what the student sees): where it broke.
         trace = traceback.format_exc()
@@ -168,100 +134,21 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
         shutil.rmtree(work, ignore_errors=True)
     result.submission = display_name(path)
     result.execution_time = time.monotonic() - t0
-    report.write_all(result, out_dir)
+    stages.write(result, out_dir, gradebook=gradebook, source=path, gradescope=gradescope,
+                 prairielearn_results=prairielearn)
     return result
 
 
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
            work: str) -> report.GradeResult:
+    """prepare, run, score."""
     ready = stages.prepare(spec, path, work, shown=display_name(path), confined=opts.confined,
                            out_dir=out_dir)
     if isinstance(ready, stages.Refused):
-        return report.not_graded(spec, sub_id, ready.verdict, ready.why, notes=ready.notes,
-                                 flags=ready.flags, diff=ready.diff)
-    notes, flags = ready.notes, ready.flags
-    build_ok = not ready.warnings
-    system = f"\n(not counted: {ready.system_note})" if ready.system_note else ""
-    host = {"build": _host_outcome(
-        spec, "build", build_ok,
-        ("built with no warnings" if build_ok else
-         "the build printed warnings:\n" + "\n".join(ready.warnings[:20])) + system)}
-
-    lab = Lab(spec.name, spec.module)
-    run = run_tests(lab, ready.ko, opts.seeds, out_dir, cmds=opts.cmds,
-                    append=fabric_append(spec) + list(opts.append),
-                    timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap)
-    res = run.result
-    # Every parser of guest output runs in a bounded child (guestout.py).
-    seen = guestout.read_bounded(res.channel, res.console, run.nonce, out_dir,
-                                 f"{sub_id}: the first failing run")
-    parsed, events = seen.parsed, seen.events
-    console = res.console           # the log the clean_log verdict quotes
-    clean = res.status == "exited" and not events and not seen.problem
-    why = res.describe() if res.status != "exited" else ""
-    if events:
-        why = "; ".join(sorted({e.kind for e in events})) + " in the console log"
-    if seen.problem:
-        why = seen.problem
-        notes.append(seen.problem)
-    hidden = None
-    # What the hidden tests' run printed reaches only the hidden tests' own
-    # outputs (their visibility), never clean_log, a note or the summary.
-    hidden_trouble: list[str] = []
-    hidden_unclean = False
-    if spec.hidden_tests and res.status == "exited":
-        # The hidden tests: a second guest, more CPUs, other routes.
-        hrun = run_tests(lab, ready.ko, opts.seeds, os.path.join(out_dir, "hidden"),
-                         cmds=opts.cmds,
-                         append=fabric_append(spec, hidden=True) + list(opts.append),
-                         timeout=spec.limits.run_timeout, console_cap=spec.limits.console_cap,
-                         harness=spec.hidden_harness, smp=spec.hidden_smp)
-        hseen = guestout.read_bounded(hrun.result.channel, hrun.result.console, hrun.nonce)
-        hidden = hseen.parsed
-        if hrun.result.status != "exited":
-            hidden_trouble.append("the hidden tests' run: " + hrun.result.describe())
-        if hseen.problem:
-            hidden_trouble.append(hseen.problem)
-        if hseen.events or hseen.problem:
-            hidden_unclean = True
-        if hseen.events:
-            hidden_trouble.append(
-                "; ".join(sorted({e.kind for e in hseen.events}))
-                + " in the console log of the hidden tests' run: a hidden test passes only "
-                  "with a clean console\n" + hseen.excerpt)
-    host["clean_log"] = _host_outcome(
-        spec, "clean_log", clean,
-        "the console shows no warning, oops or lockdep report" if clean else
-        f"{why}:\n{ktap.console_excerpt(console, events)}")
-    tests = report.outcomes(spec, parsed, host, hidden)
-    if any(t.values().get("flush") == "none" and t.status.ok
-           for g in spec.ktap_tests if (t := parsed.root.find(g.name)) is not None):
-        flags.append("the race passed with no flush the cost test could see (no read-back, "
-                     "no mmiowb()): read how the fix orders the doorbell")
-    if hidden_trouble:
-        for t in tests:
-            if spec.test(t.name).source != "hidden":
-                continue
-            t.output += "\n\n" + "\n".join(hidden_trouble)
-            if hidden_unclean and t.status == "passed":
-                t.status, t.score = "failed", 0.0
-    picture = seen.picture
-    if picture:
-        failing = next((t for g in spec.per_seed_tests if g.source == "ktap"
-                        for t in tests if t.name == g.name and t.status != "passed"), None)
-        if failing is not None:
-            failing.output += ("\n\n" + picture.text + "\nA picture of that run: race.html "
-                               "(and race.svg) beside this report.")
-            failing.html = picture.html
-    info = seen.info
-    if res.status != "exited":
-        notes.append(res.describe())
-    return report.GradeResult(
-        submission_id=sub_id, lab=spec.name, tests=tests,
-        replay=_replay(spec, opts.seeds, parsed, info),
-        console_log=os.path.relpath(res.log, out_dir), verdict="graded", notes=notes,
-        console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags, diff=ready.diff)
+        return stages.refused(spec, sub_id, ready, opts.seeds)
+    ran = stages.run(spec, ready, opts.seeds, out_dir, cmds=opts.cmds, append=opts.append,
+                     title=f"{sub_id}: the first failing run")
+    return stages.score(spec, sub_id, ready, ran)
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,
@@ -297,9 +184,7 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
 
     def one(item):
         sub_id, path, key = item
-        r = grade_one(spec, path, sub_id, opts, key)
-        report.update_gradebook(book, [(r, os.path.join(opts.out, sub_id, "results.json"),
-                                        path)])
+        r = grade_one(spec, path, sub_id, opts, key, gradebook=book)
         failed = ", ".join(t.name for t in r.failed) or "-"
         with lock:
             finished[0] += 1

@@ -39,7 +39,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT
+from . import BUILD, ROOT, MmiolabError
 from .labspec import LabSpec
 
 # What the student kit takes from the top of the tree; everything else (docs
@@ -87,7 +87,7 @@ as handed out.
 """
 
 
-class HandoutError(Exception):
+class HandoutError(MmiolabError):
     pass
 
 

@@ -19,7 +19,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT
+from . import BUILD, ROOT, MmiolabError
 from .progress import step
 
 BUSYBOX = "/bin/busybox"
@@ -43,7 +43,7 @@ alias poweroff='poweroff -f' reboot='reboot -f' halt='halt -f'
 """
 
 
-class InitramfsError(Exception):
+class InitramfsError(MmiolabError):
     """The initramfs could not be built (missing busybox, a helper failed to compile)."""
 
 

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 
-from . import BUILD, ROOT
+from . import BUILD, ROOT, MmiolabError
 from .progress import CommandError, run_logged, say, step
 
 TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.12.tar.xz")
@@ -61,11 +61,11 @@ BUILD_ENV = {
 }
 
 
-class PatchError(Exception):
+class PatchError(MmiolabError):
     """A patch of the series does not apply cleanly (no fuzz allowed)."""
 
 
-class ConfigError(Exception):
+class ConfigError(MmiolabError):
     """The config fragment asks for options the resulting .config does not have."""
 
 

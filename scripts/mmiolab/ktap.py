@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Iterator
 
+from . import MmiolabError
+
 
 class Status(Enum):
     """Outcome of one test. CRASHED: it never reported (crash, hang, reboot, cut output)."""
@@ -55,7 +57,7 @@ def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=_SEVERITY.__getitem__, default=Status.CRASHED)
 
 
-class KtapError(Exception):
+class KtapError(MmiolabError):
     """Bad arguments to the parser (an unusable nonce); never raised for bad input text."""
 
 

@@ -28,14 +28,14 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, kernel, ktap, sandbox, vm
+from . import BUILD, ROOT, MmiolabError, kernel, ktap, sandbox, vm
 from .initramfs import compile_programs
 
 LABS = os.path.join(ROOT, "labs")
 END_LINE = "# mmiolab harness: end"
 
 
-class BuildFailed(Exception):
+class BuildFailed(MmiolabError):
     """The driver did not compile; the message is the compiler's output (no host paths)."""
 
     def __init__(self, message: str, reason: str = "failed"):

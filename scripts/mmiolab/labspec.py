@@ -69,7 +69,7 @@ except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, p
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import ROOT
+from . import ROOT, MmiolabError
 
 LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
@@ -86,7 +86,7 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 _LAB_NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
 
 
-class LabSpecError(Exception):
+class LabSpecError(MmiolabError):
     """A lab.toml is missing, unreadable or does not follow the schema."""
 
 

@@ -17,10 +17,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from . import BUILD, ktap
-from .grade import fabric_append
-from . import vm
-from .lab import END_LINE, Lab, build_driver, guest_programs, run_tests
+from . import BUILD, ktap, stages, vm
+from .lab import END_LINE, Lab, build_driver, guest_programs
+from .stages import fabric_append
 from .labspec import LabSpec
 
 
@@ -180,10 +179,11 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
         # A plain folder name: QEMU's option syntax breaks paths with commas.
         name = variant + "-" + "-".join(append or ["default"]) + ("-hidden" if hidden else "")
         log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
-        run = run_tests(lab, built.ko, seeds, log_dir, cmds=cmds,
-                        append=fabric_append(spec, hidden=hidden) + list(append or []),
-                        timeout=timeout, harness=spec.hidden_harness if hidden else None,
-                        smp=spec.hidden_smp if hidden else None)
+        # The grader's run stage, one guest of it (with the VM's default
+        # console cap, as labstats has always run).
+        run = stages.run_guest(spec, built.ko, seeds, log_dir, hidden=hidden, cmds=cmds,
+                               append=list(append or []), timeout=timeout,
+                               console_cap=vm.VMConfig.console_cap)
     tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds,
                        hidden)
     if run.result.status != "exited":

@@ -38,6 +38,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
+from . import MmiolabError
+
 MAX_CODE_BYTES = 256 << 10         # the doorbell driver has about 2 KiB of code
 MAX_MODULE_BYTES = 8 << 20
 
@@ -51,7 +53,7 @@ SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 KERNEL_LOW, KERNEL_HIGH = 0xFFFFFFFF80000000, 0xFFFFFFFFFF000000
 
 
-class ElfError(Exception):
+class ElfError(MmiolabError):
     """Not an x86-64 relocatable object we can read."""
 
 

@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 
+from . import MmiolabError
+
 
 def say(msg: str) -> None:
     print(f"mmiolab: {msg}", flush=True)
@@ -43,7 +45,7 @@ def step(name: str, tick: bool = False):
     say(f"{name} done in {time.monotonic() - t0:.1f}s")
 
 
-class CommandError(Exception):
+class CommandError(MmiolabError):
     """A logged command failed; the message names the log and shows its tail."""
 
 

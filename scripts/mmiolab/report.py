@@ -1,5 +1,8 @@
 """Write a graded submission out: Gradescope results.json, JUnit XML, a human
-summary, and rows of a class gradebook (CSV) that shards can merge.
+summary, and rows of a class gradebook (CSV) that shards can merge. The result
+model (GradeResult, TestOutcome, Replay) is here too; how a run becomes points
+is the score stage's (stages.py), and when each output is written the write
+stage's.
 
 Every output carries the replay information (seeds, fabric profile, lock
 semantics, fabric parameters, first failing seed) so that any failure can be
@@ -15,7 +18,7 @@ specification has no top-level max_score; ours is in extra_data.mmiolab with
 everything needed to read the result back (load_results_json), which is what
 ``merge`` uses to build one gradebook from several hosts' outputs:
 
-    PYTHONPATH=scripts python3 -m mmiolab.report merge -o gradebook.csv OUT_DIR...
+    PYTHONPATH=scripts python3 -m mmiolab merge -o gradebook.csv OUT_DIR...
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import ktap
+from . import MmiolabError
 
 STATUSES = ("passed", "failed", "crashed", "error", "skipped")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -62,7 +65,7 @@ _WHY = {
 }
 
 
-class ReportError(Exception):
+class ReportError(MmiolabError):
     """A result that cannot be written or read back (bad fields, unreadable file)."""
 
 
@@ -168,129 +171,6 @@ def _cap(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
-
-
-# ---------------------------------------------------------------------------- from KTAP
-
-def status_word(status: ktap.Status) -> str:
-    return {ktap.Status.PASS: "passed", ktap.Status.FAIL: "failed", ktap.Status.SKIP: "skipped",
-            ktap.Status.ERROR: "error", ktap.Status.CRASHED: "crashed"}[status]
-
-
-# How the harness's measurements read in words (key=value diagnostics).
-_PHRASES = [
-    ("lost", "{} commands lost"),
-    ("duplicated", "{} commands executed twice"),
-    ("stale_commands", "{} stale commands executed"),
-    ("stale_doorbells", "{} stale doorbells seen by the device (the index moved backwards)"),
-    ("overtakes", "{} cross-CPU overtakes in the I/O fabric"),
-    # the posting lab's teardown test
-    ("late_irqs", "{} interrupt handler runs after the session was torn down"),
-    ("irqs_after_stop", "{} interrupts of the card delivered after STOP returned"),
-    ("bad", "{} completions that matched no command"),
-]
-
-
-def plain_words(test: ktap.Test) -> list[str]:
-    """One sentence per test case that did not pass: its measurements in words,
-    or why it never reported."""
-    out = []
-    for t in test.walk():
-        if t.status is ktap.Status.PASS or (t.subtests and t is not test):
-            continue
-        if t.subtests:                    # the test itself, when its cases say more
-            out += [f"{t.name or 'the run'}: {e}" for e in t.errors]
-            continue
-        vals = t.values()
-        said = [p.format(vals[k]) for k, p in _PHRASES if vals.get(k, "0") not in ("0", "")]
-        label = t.name or (f"test {t.number}" if t.number else "the test")
-        if said:
-            out.append(f"{label}: " + ", ".join(said))
-        elif t.errors:
-            out.append(f"{label}: " + "; ".join(t.errors))
-        elif t.status is ktap.Status.SKIP and t.reason:
-            out.append(f"{label}: skipped: {t.reason}")
-        elif t.reason:
-            out.append(f"{label}: {t.reason}")
-    return out
-
-
-#: The rule for a race passed with no flush the cost test could see ('flush=none':
-#: under half a read-back and half an mmiowb() per command): no cost marks, and
-#: a flag (grade.py), since whatever passed the race did it some other way.
-NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
-            "cost marks are only for a flush it can see; the instructor reads the code")
-
-
-def outcome_from_ktap(graded: Any, test: ktap.Test) -> TestOutcome:
-    """Score one harness-reported test of a lab (graded: a labspec.GradedTest).
-
-    A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
-    harness grades partially (the cost test: a read-back fix is correct but
-    heavier), and nothing when it says 'flush=none' whatever the fraction
-    (NO_FLUSH); anything else earns nothing.
-    """
-    status = status_word(test.status)
-    score = 0.0
-    no_flush = test.values().get("flush") == "none"
-    if test.status is ktap.Status.PASS:
-        frac = 1.0
-        raw = test.values().get("fraction")
-        if raw is not None:
-            try:
-                frac = min(1.0, max(0.0, float(raw)))
-            except ValueError:
-                frac = 0.0
-            if math.isnan(frac):
-                frac = 0.0
-        if no_flush:
-            frac = 0.0
-        score = round(graded.points * frac, 2)
-    body = [graded.description, "", f"result: {status}" + (
-        f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
-    body += [f"why: {w}" for w in plain_words(test)]
-    if no_flush and test.status is ktap.Status.PASS:
-        body.append(f"why: {NO_FLUSH}")
-    detail = test.text().strip("\n")
-    if detail:
-        body += ["", detail]
-    return TestOutcome(name=graded.name, score=score, max_score=graded.points, status=status,
-                       output="\n".join(body), visibility=graded.visibility,
-                       description=graded.description)
-
-
-def outcomes(spec: Any, parsed: ktap.ParseResult, host: dict[str, TestOutcome],
-             hidden: ktap.ParseResult | None = None) -> list[TestOutcome]:
-    """All the lab's tests in its order: host-decided ones from `host`, the others
-    from the trusted KTAP of the visible run or of the hidden tests' run (missing =
-    crashed). A host test with no entry errors; hidden tests with no hidden run
-    error too."""
-    found = parsed.expect(t.name for t in spec.ktap_tests)
-    found_hidden = hidden.expect(t.name for t in spec.hidden_tests) if hidden else {}
-    out = []
-    for g in spec.tests:
-        if g.source == "host":
-            out.append(host.get(g.name) or TestOutcome(
-                g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
-                g.visibility, g.description))
-        elif g.source == "hidden" and g.name not in found_hidden:
-            out.append(TestOutcome(g.name, 0.0, g.points, "error",
-                                   f"{g.description}\n\nthe hidden tests did not run",
-                                   g.visibility, g.description))
-        elif g.source == "hidden":
-            out.append(outcome_from_ktap(g, found_hidden[g.name]))
-        else:
-            out.append(outcome_from_ktap(g, found[g.name]))
-    return out
-
-
-def not_graded(spec: Any, submission_id: str, verdict: str, why: str, **kw: Any) -> GradeResult:
-    """A result for a submission that never reached the guest (refused at intake,
-    failed to build...): every test 0, the reason in every output."""
-    tests = [TestOutcome(g.name, 0.0, g.points, "error", f"{g.description}\n\nnot run: {why}",
-                         g.visibility, g.description) for g in spec.tests]
-    return GradeResult(submission_id=submission_id, lab=spec.name, tests=tests, verdict=verdict,
-                       notes=[why] + list(kw.pop("notes", [])), **kw)
 
 
 # ---------------------------------------------------------------------------- atomic files

@@ -37,6 +37,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from . import MmiolabError
+
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
 SANDBOX_UID = int(os.environ.get("MMIOLAB_SANDBOX_UID", "65534"))
@@ -45,7 +47,7 @@ INSIDE = "/build"                      # the writable folder, as the confined st
 PATH = "/usr/bin:/bin"
 
 
-class SandboxError(Exception):
+class SandboxError(MmiolabError):
     """The sandbox could not be set up (not the step's own failure)."""
 
 

@@ -1,10 +1,25 @@
 """Grading in stages: prepare, run, score, write.
 
-This module holds the first: prepare() decides whether a submission is fit
-to run, and returns Prepared (a checked module) or Refused (the verdict and
-why, in the grader's words). Everything that runs a student's module calls
-it: the grader (grade._grade) and the lab VM (explore.build). The later
-stages are still in grade._grade.
+  prepare  a submission: intake, confined build, object checks. Prepared (a
+           checked module) or Refused (the verdict and why, in the grader's
+           words). Called by the grader (grade._grade) and the lab VM
+           (explore.build).
+  run      the guests: the lab's visible tests, then (if the lab has them and
+           the first guest finished) the hidden tests in a second guest; each
+           run's output read in a bounded child (guestout). Ran. run_guest is
+           one guest, also what labstats runs (labtest.run_variant).
+  score    the trusted KTAP and the host's own checks (the build, a clean
+           console) to points: a report.GradeResult. refused() scores a
+           submission that never ran.
+  write    a result to its outputs: results.json, junit.xml and summary.txt
+           (report.write_all), a row of the gradebook, and a platform's own
+           results file (Gradescope's, PrairieLearn's). Written.
+
+grade.grade_one runs them in this order for every submission, whether graded
+from the command line, in a batch, by the demo or in an autograder's
+container; nothing else scores one. The lab VM (explore.labvm) prepares the
+student's module here and then boots its own interactive guest; labstats
+(labtest) runs the lab's own variants with run_guest, or several in one guest.
 
 What prepare does, in this order: intake (submission.intake_for_lab, in a
 bounded child), flags on the source (objcheck.source_flags) and its review
@@ -18,12 +33,14 @@ submission's shown name, the build its source's.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
-from . import objcheck, report, submission
-from .lab import BuildFailed, Lab, build_driver, build_text, disassemble
-from .labspec import LabSpec
+from . import guestout, ktap, objcheck, prairielearn, report, submission
+from .lab import BuildFailed, Lab, Run, build_driver, build_text, disassemble, run_tests
+from .labspec import GradedTest, LabSpec
 
 BUILD_FAILED = "build-failed"
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
@@ -136,3 +153,334 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
+
+
+# ---------------------------------------------------------------------------- run
+
+# lab.toml's words for the fabric's parameters where the kernel's differ.
+KERNEL_NAMES = {"semantics": "locking"}
+
+
+def fabric_params(spec: LabSpec, hidden: bool = False) -> dict[str, str]:
+    """The lab's fabric model (or the hidden tests': the lab's, with
+    hidden/hidden.toml's overrides) in the kernel's names and words."""
+    return {KERNEL_NAMES.get(key, key): f"{val}"
+            for key, val in (spec.hidden_fabric if hidden else spec.fabric).items()}
+
+
+def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
+    """Kernel command-line words for the lab's fabric model (fabric_params)."""
+    return [f"mmiosim.{key}={val}" for key, val in fabric_params(spec, hidden).items()]
+
+
+@dataclass(kw_only=True)
+class Ran:
+    """What the guests did with a prepared module, read on the host."""
+    visible: Run                               # the lab's own tests: the first guest
+    seen: guestout.GuestOutput                 # its channel and console, read
+    out_dir: str                               # where its console log is
+    hidden: Run | None = None                  # the hidden tests' guest, if it ran
+    hidden_seen: guestout.GuestOutput | None = None
+
+
+def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
+              cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
+              timeout: float | None = None, console_cap: int | None = None) -> Run:
+    """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
+    fabric) over the seeds, under the lab's fabric plus `append`. The time and
+    console limits are the lab's unless given."""
+    kw = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} if hidden else {}
+    return run_tests(Lab(spec.name, spec.module), ko, seeds, log_dir, cmds=cmds,
+                     append=fabric_append(spec, hidden=hidden) + list(append),
+                     timeout=spec.limits.run_timeout if timeout is None else timeout,
+                     console_cap=spec.limits.console_cap if console_cap is None else console_cap,
+                     **kw)
+
+
+def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = 10000,
+        append: list[str] | tuple[str, ...] = (), title: str = "") -> Ran:
+    """Run a prepared module: the visible tests in a guest (its logs, and the
+    picture of a failing run titled `title`, in out_dir), then, if the lab has
+    hidden tests and that guest finished, the hidden tests in a second one
+    (out_dir/hidden). Every parser of guest output runs in a bounded child
+    (guestout.read_bounded)."""
+    visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append)
+    res = visible.result
+    ran = Ran(visible=visible, out_dir=out_dir,
+              seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
+    if spec.hidden_tests and res.status == "exited":
+        # The hidden tests: a second guest, more CPUs, other routes.
+        ran.hidden = run_guest(spec, ready.ko, seeds, os.path.join(out_dir, "hidden"),
+                               hidden=True, cmds=cmds, append=append)
+        ran.hidden_seen = guestout.read_bounded(ran.hidden.result.channel,
+                                                ran.hidden.result.console, ran.hidden.nonce)
+    return ran
+
+
+# ---------------------------------------------------------------------------- score
+
+def status_word(status: ktap.Status) -> str:
+    return {ktap.Status.PASS: "passed", ktap.Status.FAIL: "failed", ktap.Status.SKIP: "skipped",
+            ktap.Status.ERROR: "error", ktap.Status.CRASHED: "crashed"}[status]
+
+
+# How the harness's measurements read in words (key=value diagnostics).
+_PHRASES = [
+    ("lost", "{} commands lost"),
+    ("duplicated", "{} commands executed twice"),
+    ("stale_commands", "{} stale commands executed"),
+    ("stale_doorbells", "{} stale doorbells seen by the device (the index moved backwards)"),
+    ("overtakes", "{} cross-CPU overtakes in the I/O fabric"),
+    # the posting lab's teardown test
+    ("late_irqs", "{} interrupt handler runs after the session was torn down"),
+    ("irqs_after_stop", "{} interrupts of the card delivered after STOP returned"),
+    ("bad", "{} completions that matched no command"),
+]
+
+
+def plain_words(test: ktap.Test) -> list[str]:
+    """One sentence per test case that did not pass: its measurements in words,
+    or why it never reported."""
+    out = []
+    for t in test.walk():
+        if t.status is ktap.Status.PASS or (t.subtests and t is not test):
+            continue
+        if t.subtests:                    # the test itself, when its cases say more
+            out += [f"{t.name or 'the run'}: {e}" for e in t.errors]
+            continue
+        vals = t.values()
+        said = [p.format(vals[k]) for k, p in _PHRASES if vals.get(k, "0") not in ("0", "")]
+        label = t.name or (f"test {t.number}" if t.number else "the test")
+        if said:
+            out.append(f"{label}: " + ", ".join(said))
+        elif t.errors:
+            out.append(f"{label}: " + "; ".join(t.errors))
+        elif t.status is ktap.Status.SKIP and t.reason:
+            out.append(f"{label}: skipped: {t.reason}")
+        elif t.reason:
+            out.append(f"{label}: {t.reason}")
+    return out
+
+
+#: The rule for a race passed with no flush the cost test could see ('flush=none':
+#: under half a read-back and half an mmiowb() per command): no cost marks, and
+#: a flag (score, below), since whatever passed the race did it some other way.
+NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
+            "cost marks are only for a flush it can see; the instructor reads the code")
+
+
+def outcome_from_ktap(graded: GradedTest, test: ktap.Test) -> report.TestOutcome:
+    """Score one harness-reported test of a lab (graded: a labspec.GradedTest).
+
+    A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
+    harness grades partially (the cost test: a read-back fix is correct but
+    heavier), and nothing when it says 'flush=none' whatever the fraction
+    (NO_FLUSH); anything else earns nothing.
+    """
+    status = status_word(test.status)
+    points = 0.0
+    no_flush = test.values().get("flush") == "none"
+    if test.status is ktap.Status.PASS:
+        frac = 1.0
+        raw = test.values().get("fraction")
+        if raw is not None:
+            try:
+                frac = min(1.0, max(0.0, float(raw)))
+            except ValueError:
+                frac = 0.0
+            if math.isnan(frac):
+                frac = 0.0
+        if no_flush:
+            frac = 0.0
+        points = round(graded.points * frac, 2)
+    body = [graded.description, "", f"result: {status}" + (
+        f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
+    body += [f"why: {w}" for w in plain_words(test)]
+    if no_flush and test.status is ktap.Status.PASS:
+        body.append(f"why: {NO_FLUSH}")
+    detail = test.text().strip("\n")
+    if detail:
+        body += ["", detail]
+    return report.TestOutcome(name=graded.name, score=points, max_score=graded.points,
+                              status=status, output="\n".join(body),
+                              visibility=graded.visibility, description=graded.description)
+
+
+def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, report.TestOutcome],
+             hidden: ktap.ParseResult | None = None) -> list[report.TestOutcome]:
+    """All the lab's tests in its order: host-decided ones from `host`, the others
+    from the trusted KTAP of the visible run or of the hidden tests' run (missing =
+    crashed). A host test with no entry errors; hidden tests with no hidden run
+    error too."""
+    found = parsed.expect(t.name for t in spec.ktap_tests)
+    found_hidden = hidden.expect(t.name for t in spec.hidden_tests) if hidden else {}
+    out = []
+    for g in spec.tests:
+        if g.source == "host":
+            out.append(host.get(g.name) or report.TestOutcome(
+                g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
+                g.visibility, g.description))
+        elif g.source == "hidden" and g.name not in found_hidden:
+            out.append(report.TestOutcome(g.name, 0.0, g.points, "error",
+                                          f"{g.description}\n\nthe hidden tests did not run",
+                                          g.visibility, g.description))
+        elif g.source == "hidden":
+            out.append(outcome_from_ktap(g, found_hidden[g.name]))
+        else:
+            out.append(outcome_from_ktap(g, found[g.name]))
+    return out
+
+
+def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
+               **kw: Any) -> report.GradeResult:
+    """A result for a submission that never reached the guest (refused at intake,
+    failed to build, a grader error...): every test 0, the reason in every output."""
+    tests = [report.TestOutcome(g.name, 0.0, g.points, "error",
+                                f"{g.description}\n\nnot run: {why}", g.visibility,
+                                g.description) for g in spec.tests]
+    return report.GradeResult(submission_id=submission_id, lab=spec.name, tests=tests,
+                              verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
+
+
+NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no read-back, "
+                    "no mmiowb()): read how the fix orders the doorbell")
+
+
+def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
+                 fraction: float = 1.0) -> report.TestOutcome:
+    """A test the host decides (the build, a clean console), scored."""
+    g = spec.test(name)
+    return report.TestOutcome(name, g.points * fraction if ok else 0.0, g.points,
+                              "passed" if ok else "failed", output, g.visibility, g.description)
+
+
+def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
+           info: str) -> report.Replay:
+    """How to run it again: the seeds, the fabric the harness said it ran
+    (its '# mmiolab harness:' line, `info`), the seeds that passed."""
+    params = dict(kv.split("=", 1) for kv in info.split() if "=" in kv)
+    rep = report.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
+                        semantics=params.pop("locking", str(spec.fabric.get("semantics", ""))),
+                        params={k: v for k, v in params.items()
+                                if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns",
+                                         "stall_ns", "stall_ppm")})
+    # Seeds that passed every per-seed test; the first seed any of them failed.
+    per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
+    per_seed = [t for t in per_seed if t is not None and t.subtests]
+    if per_seed:
+        passing = [{t.name for t in test.subtests if t.status.ok} for test in per_seed]
+        good = [all(f"seed_{s}" in p for p in passing) for s in seeds]
+        rep.seeds_passed = sum(good)
+        rep.first_failing_seed = next((s for s, ok in zip(seeds, good) if not ok), None)
+    return rep
+
+
+def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> report.GradeResult:
+    """The score of a submission that never ran: every test 0, the reason in
+    every output, and what a run would have been."""
+    result = not_graded(spec, sub_id, why.verdict, why.why, notes=why.notes,
+                               flags=why.flags, diff=why.diff)
+    result.replay = replay(spec, seeds, None, "")
+    return result
+
+
+def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> report.GradeResult:
+    """The lab's tests scored: the build and a clean console (host tests), the
+    rest from the trusted KTAP of the visible run and of the hidden tests'
+    run. What the hidden tests' run printed reaches only the hidden tests' own
+    outputs (their visibility), never clean_log, a note or the summary."""
+    notes, flags = list(ready.notes), list(ready.flags)
+    res, seen = ran.visible.result, ran.seen
+    parsed, events = seen.parsed, seen.events
+    console = res.console           # the log the clean_log verdict quotes
+    build_ok = not ready.warnings
+    system = f"\n(not counted: {ready.system_note})" if ready.system_note else ""
+    host = {"build": host_outcome(
+        spec, "build", build_ok,
+        ("built with no warnings" if build_ok else
+         "the build printed warnings:\n" + "\n".join(ready.warnings[:20])) + system)}
+    clean = res.status == "exited" and not events and not seen.problem
+    why = res.describe() if res.status != "exited" else ""
+    if events:
+        why = "; ".join(sorted({e.kind for e in events})) + " in the console log"
+    if seen.problem:
+        why = seen.problem
+        notes.append(seen.problem)
+    hidden = None
+    hidden_trouble: list[str] = []
+    hidden_unclean = False
+    if ran.hidden is not None and ran.hidden_seen is not None:
+        hres, hseen = ran.hidden.result, ran.hidden_seen
+        hidden = hseen.parsed
+        if hres.status != "exited":
+            hidden_trouble.append("the hidden tests' run: " + hres.describe())
+        if hseen.problem:
+            hidden_trouble.append(hseen.problem)
+        if hseen.events or hseen.problem:
+            hidden_unclean = True
+        if hseen.events:
+            hidden_trouble.append(
+                "; ".join(sorted({e.kind for e in hseen.events}))
+                + " in the console log of the hidden tests' run: a hidden test passes only "
+                  "with a clean console\n" + hseen.excerpt)
+    host["clean_log"] = host_outcome(
+        spec, "clean_log", clean,
+        "the console shows no warning, oops or lockdep report" if clean else
+        f"{why}:\n{ktap.console_excerpt(console, events)}")
+    tests = outcomes(spec, parsed, host, hidden)
+    if any(t.values().get("flush") == "none" and t.status.ok
+           for g in spec.ktap_tests if (t := parsed.root.find(g.name)) is not None):
+        flags.append(NO_VISIBLE_FLUSH)
+    if hidden_trouble:
+        for t in tests:
+            if spec.test(t.name).source != "hidden":
+                continue
+            t.output += "\n\n" + "\n".join(hidden_trouble)
+            if hidden_unclean and t.status == "passed":
+                t.status, t.score = "failed", 0.0
+    picture = seen.picture
+    if picture:
+        failing = next((t for g in spec.per_seed_tests if g.source == "ktap"
+                        for t in tests if t.name == g.name and t.status != "passed"), None)
+        if failing is not None:
+            failing.output += ("\n\n" + picture.text + "\nA picture of that run: race.html "
+                               "(and race.svg) beside this report.")
+            failing.html = picture.html
+    if res.status != "exited":
+        notes.append(res.describe())
+    return report.GradeResult(
+        submission_id=sub_id, lab=spec.name, tests=tests,
+        replay=replay(spec, ran.visible.seeds, parsed, seen.info),
+        console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
+        console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
+        flags=flags, diff=ready.diff)
+
+
+# ---------------------------------------------------------------------------- write
+
+@dataclass(kw_only=True)
+class Written:
+    """Where a result went."""
+    files: dict[str, str]                      # junit, summary, results: out_dir's
+    gradebook: report.MergeReport | None = None
+    platform: str = ""                         # a platform's own results file, if asked
+
+
+def write(result: report.GradeResult, out_dir: str, *, gradebook: str = "", source: str = "",
+          gradescope: str = "", prairielearn_results: str = "") -> Written:
+    """Write a result out: results.json, junit.xml and summary.txt in out_dir
+    (results.json last: its presence means done), then its row in `gradebook`
+    (source: the path graded, which the instructor's gradebook names), then
+    the platform's file: Gradescope's results.json, or PrairieLearn's."""
+    done = Written(files=report.write_all(result, out_dir))
+    if gradebook:
+        done.gradebook = report.update_gradebook(gradebook,
+                                                 [(result, done.files["results"], source)])
+    if gradescope:
+        os.makedirs(os.path.dirname(gradescope), exist_ok=True)
+        report.write_results_json(result, gradescope)
+        done.platform = gradescope
+    if prairielearn_results:
+        prairielearn.write_results(result, prairielearn_results)
+        done.platform = prairielearn_results
+    return done

@@ -51,6 +51,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, NamedTuple, Sequence
 
+from . import MmiolabError
+
 OK = "ok"
 NOT_FOUND = "not-found"
 UNSUPPORTED = "unsupported"
@@ -86,7 +88,7 @@ ZIP_SUFFIXES = (".zip",)
 SOURCE_SUFFIXES = (".c",)
 
 
-class SubmissionError(Exception):
+class SubmissionError(MmiolabError):
     """Misuse by the caller (bad scratch directory, class dir missing), not a student error."""
 
 

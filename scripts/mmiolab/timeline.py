@@ -47,6 +47,8 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
+from . import MmiolabError
+
 # Applied to a line with its leading blanks removed ('^\s*(?P<task>.*?)' backtracks
 # quadratically on a line of blanks), and never to a line over MAX_LINE.
 LINE_RE = re.compile(
@@ -73,7 +75,7 @@ EVENTS = ("mmiosim_post", "mmiosim_drain", "mmiosim_arrive", "mmiosim_read", "mm
           "irq_handler_entry", "sys_exit")
 
 
-class TraceError(ValueError):
+class TraceError(MmiolabError, ValueError):
     """The trace cannot be drawn; the message says why."""
 
 
@@ -997,7 +999,7 @@ class Recording:
     problem: str = ""       # why it is incomplete
 
 
-class TooLarge(ValueError):
+class TooLarge(MmiolabError, ValueError):
     """Compressed data that inflates to more than its cap."""
 
 

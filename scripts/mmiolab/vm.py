@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import BUILD, kernel
+from . import BUILD, MmiolabError, kernel
 from .initramfs import BASE, Archive, with_overlay
 
 QEMU = "qemu-system-x86_64"
@@ -50,7 +50,7 @@ BASE_APPEND = ["console=ttyS0", "panic=-1", "oops=panic", "panic_on_warn=0",
 RECORD_APPEND = ["trace_event=mmiosim:*,irq:irq_handler_entry,raw_syscalls:sys_exit"]
 
 
-class VMError(Exception):
+class VMError(MmiolabError):
     """The VM could not be started at all (no kernel, no QEMU)."""
 
 
