@@ -44,6 +44,7 @@ import binascii
 import bisect
 import html
 import re
+import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass, field
 
@@ -704,6 +705,21 @@ def _e(s) -> str:
     return html.escape(str(s), quote=True)
 
 
+def _f(v: float) -> str:
+    """A coordinate, to a tenth of a pixel."""
+    return f"{v:.1f}"
+
+
+def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs) -> ET.Element:
+    """A child element; an attribute name's underscores become hyphens
+    (class_ is class): stroke_width="3" is stroke-width="3"."""
+    el = ET.SubElement(parent, tag, {k.rstrip("_").replace("_", "-"): str(v)
+                                     for k, v in attrs.items()})
+    if text is not None:
+        el.text = text
+    return el
+
+
 def _nice_step(span_us: float, target: int = 8) -> float:
     raw = span_us / target
     for m in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000,
@@ -730,7 +746,8 @@ def _rows(intervals):
 
 def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
                doorbell: int = DOORBELL) -> str:
-    """An SVG timeline of the trace's complete writes, reads and mmiowb() waits."""
+    """An SVG timeline of the trace's complete writes, reads and mmiowb() waits,
+    built as an ElementTree (which escapes every text and attribute)."""
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     if len(writes) < 1:
         raise TraceError("no write has a post, a drain and an arrival in this trace")
@@ -793,59 +810,58 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     axis_y = y + 8
     height = axis_y + 108 + (13 if irqs or rets else 0)
 
-    out = []
-    a = out.append
-    a(f'<svg xmlns="http://www.w3.org/2000/svg" class="mmiosim-timeline" width="{width}" '
-      f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-      f'aria-labelledby="{ident}-title {ident}-desc">')
+    svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "mmiosim-timeline",
+                             "width": str(width), "height": str(height),
+                             "viewBox": f"0 0 {width} {height}", "role": "img",
+                             "aria-labelledby": f"{ident}-title {ident}-desc"})
     n_over = sum(w.overtaken for w in writes)
     n_stale = sum(w.stale for w in writes)
     desc = (f"{len(writes)} writes traced on CPUs {', '.join(map(str, cpus))}, from post to "
             f"arrival; {n_over} overtaken in the bridge, {n_stale} stale doorbells; "
             f"{sum(s.kind == 'mmiowb' for s in spans)} mmiowb() waits, "
             f"{sum(s.kind == 'read' for s in spans)} reads.")
-    a(f'<title id="{ident}-title">{_e(title or "Recorded mmiosim trace")}</title>')
-    a(f'<desc id="{ident}-desc">{_e(desc)}</desc>')
-    a("<style>"
-      f"#{ident} text{{font-family:'DejaVu Sans',Arial,sans-serif;font-size:11px;fill:#333}}"
-      f"#{ident} .row{{font-size:13px;font-weight:bold;fill:#222}}"
-      f"#{ident} .sub{{font-size:10.5px;fill:#666}}"
-      f"#{ident} .code{{font-family:'DejaVu Sans Mono',monospace;font-size:11px}}"
-      f"#{ident} .ttl{{font-size:13px;font-weight:bold}}"
-      "</style>")
-    a(f'<g id="{ident}">')
+    _el(svg, "title", title or "Recorded mmiosim trace", id=f"{ident}-title")
+    _el(svg, "desc", desc, id=f"{ident}-desc")
+    _el(svg, "style",
+        f"#{ident} text{{font-family:'DejaVu Sans',Arial,sans-serif;font-size:11px;fill:#333}}"
+        f"#{ident} .row{{font-size:13px;font-weight:bold;fill:#222}}"
+        f"#{ident} .sub{{font-size:10.5px;fill:#666}}"
+        f"#{ident} .code{{font-family:'DejaVu Sans Mono',monospace;font-size:11px}}"
+        f"#{ident} .ttl{{font-size:13px;font-weight:bold}}")
+    top_g = _el(svg, "g", id=ident)
     palette = CPU_COLOURS + [GREY, RED]
-    a("<defs>" + "".join(
-        f'<marker id="{ident}-arr{i}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" '
-        f'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
-        for i, c in enumerate(palette)) + "</defs>")
+    defs = _el(top_g, "defs")
+    for i, c in enumerate(palette):
+        marker = _el(defs, "marker", id=f"{ident}-arr{i}", viewBox="0 0 10 10", refX="9",
+                     refY="5", markerWidth="6", markerHeight="6", orient="auto")
+        _el(marker, "path", d="M0,0 L10,5 L0,10 z", fill=c)
 
     def arrow(colour):
         return f"url(#{ident}-arr{palette.index(colour)})"
-    a(f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>')
+    _el(top_g, "rect", x=0, y=0, width=width, height=height, fill="white")
     if title:
-        a(f'<text x="12" y="22" class="ttl">{_e(title)}</text>')
+        _el(top_g, "text", title, x=12, y=22, class_="ttl")
     for i, (key, label, sub, top, hgt) in enumerate(lanes):
         if i % 2 == 0:
-            a(f'<rect x="0" y="{top}" width="{width}" height="{hgt}" fill="#f7f7f7"/>')
+            _el(top_g, "rect", x=0, y=top, width=width, height=hgt, fill="#f7f7f7")
         colour = CPU_COLOURS[key[1] % 4] if key[0] == "cpu" else "#222"
-        a(f'<text x="10" y="{top + 20}" class="row" style="fill:{colour}">{_e(label)}</text>')
-        a(f'<text x="10" y="{top + 34}" class="sub">{_e(sub)}</text>')
+        _el(top_g, "text", label, x=10, y=top + 20, class_="row", style=f"fill:{colour}")
+        _el(top_g, "text", sub, x=10, y=top + 34, class_="sub")
     # Time axis, in microseconds from the first event shown.
     step_us = _nice_step((hi_ns - lo_ns) / 1000)
-    a(f'<line x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}" stroke="#888"/>')
+    _el(top_g, "line", x1=left, y1=axis_y, x2=width - right, y2=axis_y, stroke="#888")
     k = 0
     while True:
         t_us = k * step_us
         tx = x(t0 + t_us * 1000)
         if tx > width - right + 0.5:
             break
-        a(f'<line x1="{tx:.1f}" y1="{lanes[0][3]}" x2="{tx:.1f}" y2="{axis_y}" stroke="#e3e3e3"/>')
-        a(f'<line x1="{tx:.1f}" y1="{axis_y}" x2="{tx:.1f}" y2="{axis_y + 5}" stroke="#888"/>')
-        a(f'<text x="{tx:.1f}" y="{axis_y + 17}" text-anchor="middle">{t_us:g}</text>')
+        _el(top_g, "line", x1=_f(tx), y1=lanes[0][3], x2=_f(tx), y2=axis_y, stroke="#e3e3e3")
+        _el(top_g, "line", x1=_f(tx), y1=axis_y, x2=_f(tx), y2=axis_y + 5, stroke="#888")
+        _el(top_g, "text", f"{t_us:g}", x=_f(tx), y=axis_y + 17, text_anchor="middle")
         k += 1
-    a(f'<text x="{width - right}" y="{axis_y + 31}" text-anchor="end" class="sub">'
-      f'time since the first event shown, \u00b5s (the fabric\'s clock; t0 = {t0} ns)</text>')
+    _el(top_g, "text", "time since the first event shown, \u00b5s (the fabric's clock; "
+        f"t0 = {t0} ns)", x=width - right, y=axis_y + 31, text_anchor="end", class_="sub")
 
     # mmiowb() waits and reads on their CPU's lane.
     for s in spans:
@@ -857,11 +873,12 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         label = "mmiowb()" if s.kind == "mmiowb" else "readl()"
         inside = x1 - x0 >= 5.6 * len(label) + 6
         lx, anchor = ((x0 + x1) / 2, "middle") if inside else (x1 + 3, "start")
-        a(f'<g class="{cls}"><title>{_e(s.detail)} (trace line {s.lineno})</title>'
-          f'<rect x="{x0:.1f}" y="{yb}" width="{x1 - x0:.1f}" height="11" rx="2" fill="white" '
-          f'stroke="{colour}" stroke-dasharray="{"3 2" if s.kind == "mmiowb" else "none"}"/>'
-          f'<text x="{lx:.1f}" y="{yb + 9}" text-anchor="{anchor}" class="code" '
-          f'style="font-size:9px;fill:{colour}">{label}</text></g>')
+        g = _el(top_g, "g", class_=cls)
+        _el(g, "title", f"{s.detail} (trace line {s.lineno})")
+        _el(g, "rect", x=_f(x0), y=yb, width=_f(x1 - x0), height=11, rx=2, fill="white",
+            stroke=colour, stroke_dasharray="3 2" if s.kind == "mmiowb" else "none")
+        _el(g, "text", label, x=_f(lx), y=yb + 9, text_anchor=anchor, class_="code",
+            style=f"font-size:9px;fill:{colour}")
 
     # Interrupt handlers (a triangle where one starts) and the return of the
     # call that disabled the card's interrupts (a line across its CPU's lane).
@@ -869,26 +886,27 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         top, hgt = lane[("cpu", r.cpu)]
         xr = x(r.ts)
         colour = CPU_COLOURS[r.cpu % 4]
-        a(f'<g class="mmiosim-return"><title>{_e(r.task)}: {_e(r.call)} returns (it posted '
-          f'INT_ENABLE=0, seq {r.disabled.seq}; trace line {r.lineno})</title>'
-          f'<line x1="{xr:.1f}" y1="{top + 2}" x2="{xr:.1f}" y2="{top + hgt - 2}" '
-          f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="4 2"/>'
-          f'<text x="{xr + 3:.1f}" y="{top + 11}" class="code" style="font-size:9.5px;'
-          f'fill:{colour}">{_e(r.call)} returns</text></g>')
+        g = _el(top_g, "g", class_="mmiosim-return")
+        _el(g, "title", f"{r.task}: {r.call} returns (it posted INT_ENABLE=0, seq "
+            f"{r.disabled.seq}; trace line {r.lineno})")
+        _el(g, "line", x1=_f(xr), y1=top + 2, x2=_f(xr), y2=top + hgt - 2, stroke=colour,
+            stroke_width="1.5", stroke_dasharray="4 2")
+        _el(g, "text", f"{r.call} returns", x=_f(xr + 3), y=top + 11, class_="code",
+            style=f"font-size:9.5px;fill:{colour}")
     for q in irqs:
         top, hgt = lane[("cpu", q.cpu)]
         xq = x(q.ts)
         colour = RED if q.late else CPU_COLOURS[q.cpu % 4]
         label = "late IRQ" if q.late else "IRQ"
-        a(f'<g class="mmiosim-irq{" late" if q.late else ""}"><title>irq {q.irq} ({_e(q.name)}): '
-          f'its handler starts on CPU {q.cpu} at +{(q.ts - t0) / 1000:.2f} \u00b5s'
-          f'{", after the call that disabled it had returned" if q.late else ""} '
-          f'(trace line {q.lineno})</title>'
-          f'<path d="M{xq - 5:.1f},{top + 3} L{xq + 5:.1f},{top + 3} L{xq:.1f},{top + 12} z" '
-          f'fill="{colour}"/>'
-          f'<text x="{xq:.1f}" y="{top + 23}" text-anchor="middle" class="code" '
-          f'style="font-size:9.5px;fill:{colour}{";font-weight:bold" if q.late else ""}">'
-          f'{label}</text></g>')
+        g = _el(top_g, "g", class_="mmiosim-irq" + (" late" if q.late else ""))
+        _el(g, "title", f"irq {q.irq} ({q.name}): its handler starts on CPU {q.cpu} at "
+            f"+{(q.ts - t0) / 1000:.2f} \u00b5s"
+            f"{', after the call that disabled it had returned' if q.late else ''} "
+            f"(trace line {q.lineno})")
+        _el(g, "path", d=f"M{_f(xq - 5)},{top + 3} L{_f(xq + 5)},{top + 3} L{_f(xq)},{top + 12} z",
+            fill=colour)
+        _el(g, "text", label, x=_f(xq), y=top + 23, text_anchor="middle", class_="code",
+            style=f"font-size:9.5px;fill:{colour}" + (";font-weight:bold" if q.late else ""))
 
     dev_top, dev_h = lane[("device", 0)]
     b_top, b_h = lane[("bridge", 0)]
@@ -919,34 +937,35 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
                + (" behind a write posted later (overtaken)" if w.overtaken else "")
                + f", arrives at +{(w.arrive - t0) / 1000:.2f} \u00b5s"
                + (" after a later doorbell (stale)" if w.stale else ""))
-        a(f'<g class="{classes}" data-seq="{w.seq}" data-cpu="{w.cpu}" data-off="{w.off:#x}" '
-          f'data-val="{w.val}"><title>{_e(tip)}</title>')
+        g = _el(top_g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
+                data_off=f"{w.off:#x}", data_val=w.val)
+        _el(g, "title", tip)
+        thick, thin = ("3", "1.6") if is_db else ("1.5", "1")
         # queued on its CPU: post -> drain
-        a(f'<circle cx="{xp:.1f}" cy="{qy}" r="{3.5 if is_db else 2.5}" fill="{colour}"/>')
-        a(f'<line x1="{xp:.1f}" y1="{qy}" x2="{xd:.1f}" y2="{qy}" stroke="{colour}" '
-          f'stroke-width="{3 if is_db else 1.5}" stroke-opacity="0.55"/>')
+        _el(g, "circle", cx=_f(xp), cy=qy, r="3.5" if is_db else "2.5", fill=colour)
+        _el(g, "line", x1=_f(xp), y1=qy, x2=_f(xd), y2=qy, stroke=colour, stroke_width=thick,
+            stroke_opacity="0.55")
         label = f"{w.val}" if is_db else f"{reg}={w.val}" if is_off else reg
-        a(f'<text x="{xp - 5:.1f}" y="{qy + 4}" text-anchor="end" class="code" '
-          f'style="fill:{colour}">{_e(label)}</text>')
+        _el(g, "text", label, x=_f(xp - 5), y=qy + 4, text_anchor="end", class_="code",
+            style=f"fill:{colour}")
         # into the bridge
-        a(f'<line x1="{xd:.1f}" y1="{qy}" x2="{xd:.1f}" y2="{by}" stroke="{hot}" '
-          f'stroke-width="{1.6 if is_db else 1}" marker-end="{arrow(hot)}"/>')
+        _el(g, "line", x1=_f(xd), y1=qy, x2=_f(xd), y2=by, stroke=hot, stroke_width=thin,
+            marker_end=arrow(hot))
         # in the bridge: drain -> due (solid), due -> delivered (dotted)
         xu = x(due[w.seq])
-        a(f'<line x1="{xd:.1f}" y1="{by}" x2="{xu:.1f}" y2="{by}" stroke="{hot}" '
-          f'stroke-width="{3 if is_db else 1.5}" stroke-opacity="0.55"/>')
+        _el(g, "line", x1=_f(xd), y1=by, x2=_f(xu), y2=by, stroke=hot, stroke_width=thick,
+            stroke_opacity="0.55")
         if xa - xu > 1:
-            a(f'<line x1="{xu:.1f}" y1="{by}" x2="{xa:.1f}" y2="{by}" stroke="{hot}" '
-              f'stroke-width="{1.6 if is_db else 1}" stroke-dasharray="2 3"/>')
+            _el(g, "line", x1=_f(xu), y1=by, x2=_f(xa), y2=by, stroke=hot, stroke_width=thin,
+                stroke_dasharray="2 3")
         if w.overtaken:
-            a(f'<text x="{xd + 4:.1f}" y="{by - 3}" style="fill:{RED};font-weight:bold">'
-              'overtaken</text>')
+            _el(g, "text", "overtaken", x=_f(xd + 4), y=by - 3,
+                style=f"fill:{RED};font-weight:bold")
         # to the device
         dy = dev_top + 16
-        a(f'<line x1="{xa:.1f}" y1="{by}" x2="{xa:.1f}" y2="{dy - 5}" stroke="{hot}" '
-          f'stroke-width="{1.6 if is_db else 1}" marker-end="{arrow(hot)}"/>')
-        a(f'<circle cx="{xa:.1f}" cy="{dy}" r="{5 if is_db else 3}" fill="{hot}" '
-          'stroke="white"/>')
+        _el(g, "line", x1=_f(xa), y1=by, x2=_f(xa), y2=dy - 5, stroke=hot, stroke_width=thin,
+            marker_end=arrow(hot))
+        _el(g, "circle", cx=_f(xa), cy=dy, r="5" if is_db else "3", fill=hot, stroke="white")
         if is_db or is_off:
             txt = f"sees {w.val}" + (" (stale)" if w.stale else "") if is_db else \
                 "interrupts off" + (" (too late)" if w.seq in too_late else "")
@@ -956,10 +975,9 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
             while any(r == slot and abs(c - cx) < h + half + 4 for c, h, r in label_slots):
                 slot += 1
             label_slots.append((cx, half, slot))
-            a(f'<text x="{cx:.1f}" y="{dy + 18 + slot * 13}" text-anchor="middle" class="code" '
-              f'style="fill:{hot}{";font-weight:bold" if w.stale or w.seq in too_late else ""}">'
-              f'{_e(txt)}</text>')
-        a("</g>")
+            bold = ";font-weight:bold" if w.stale or w.seq in too_late else ""
+            _el(g, "text", txt, x=_f(cx), y=dy + 18 + slot * 13, text_anchor="middle",
+                class_="code", style=f"fill:{hot}{bold}")
 
     # Legend.
     ly = axis_y + 50
@@ -968,9 +986,9 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     items += [(GREY, "other register write"),
               (RED, "overtaken / stale / late" if irqs else "overtaken / stale")]
     for colour, text in items:
-        a(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 22}" y2="{ly - 4}" stroke="{colour}" '
-          'stroke-width="3" stroke-opacity="0.7"/>')
-        a(f'<text x="{lx + 27}" y="{ly}" class="sub">{_e(text)}</text>')
+        _el(top_g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
+            stroke_width="3", stroke_opacity="0.7")
+        _el(top_g, "text", text, x=lx + 27, y=ly, class_="sub")
         lx += 35 + 6.2 * len(text)
     notes = ["Each write: a dot when its CPU posts it, a bar while it waits in its CPU's queue, "
              "a bar while it crosses the bridge",
@@ -982,9 +1000,8 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         notes.append("Triangles: the card's interrupt handler starts on that CPU (late: after "
                      "the call that disabled it had returned, dashed line).")
     for i, note in enumerate(notes):
-        a(f'<text x="{left}" y="{ly + 18 + 13 * i}" class="sub">{_e(note)}</text>')
-    a("</g></svg>")
-    return "\n".join(out)
+        _el(top_g, "text", note, x=left, y=ly + 18 + 13 * i, class_="sub")
+    return ET.tostring(svg, encoding="unicode")
 
 
 # ------------------------------------------------------------- recordings on the wire
