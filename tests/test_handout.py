@@ -258,3 +258,33 @@ class DepsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TemplateTest(unittest.TestCase):
+    """The files the kit writes from templates/ (template.fill)."""
+
+    def test_a_missing_value_or_a_stray_at_sign_is_an_error(self):
+        from mmiolab import template
+        with tempfile.TemporaryDirectory() as d:
+            for name, text in (("ok", "a @x@ b $y ${z} @@ c\n"), ("stray", "mail me@host\n")):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+            old, template.TEMPLATES = template.TEMPLATES, d
+            try:
+                self.assertEqual(template.fill("ok", x="1"), "a 1 b $y ${z} @ c\n")
+                with self.assertRaises(KeyError):
+                    template.fill("ok")
+                with self.assertRaises(ValueError):
+                    template.fill("stray")
+            finally:
+                template.TEMPLATES = old
+
+    def test_every_template_is_used(self):
+        from mmiolab import template
+        code = ""
+        for name in os.listdir(os.path.join(ROOT, "scripts", "mmiolab")):
+            if name.endswith(".py"):
+                with open(os.path.join(ROOT, "scripts", "mmiolab", name), encoding="utf-8") as f:
+                    code += f.read()
+        for name in os.listdir(template.TEMPLATES):
+            self.assertIn(f'"{name}"', code, f"templates/{name} is not used")

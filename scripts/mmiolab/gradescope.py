@@ -38,41 +38,12 @@ from . import BUILD, ROOT
 from .handout import (ANSWER_DIRS, HandoutError, kit_files, kit_time, members, prebuilt,
                       student_toml)
 from .labspec import LabSpec
+from .template import fill
 
 HIDDEN = "hidden"
 HIDDEN_PROGRAMS = (".c", ".h", ".sh", ".toml")
 
-SETUP_SH = """\
-#!/usr/bin/env bash
-# Gradescope runs this once, as root, while it builds the autograder's image
-# (any Debian or Ubuntu base: 12, 13, 22.04, 24.04): the packages grading
-# needs, from the image's own archive. The lab kernel and the guest's
-# initramfs come built (prebuilt/): no kernel is built here.
-set -euo pipefail
-cd "$(dirname "${{BASH_SOURCE[0]}}")"
-# The module build reaches the kernel source through this link (a zip may not
-# keep links).
-ln -sfn ../src prebuilt/kernel/obj/source
-# Module builds run as an unprivileged user (bubblewrap), who must be able to
-# enter the folders down to the kernel tree.
-chmod a+x .. .
-scripts/deps grade
-# Tell the instructor now (in the image's build log) whether builds can be confined.
-/usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
-from mmiolab.lab import confinement
-ok, why = confinement()
-print("mmiolab: module builds are confined" if ok else "mmiolab: WARNING: module builds "
-      "cannot be confined in this image: " + why)'
-"""
 
-RUN_AUTOGRADER = """\
-#!/usr/bin/env bash
-# Gradescope runs this for each submission: grade /autograder/submission into
-# /autograder/results/results.json. MMIOLAB_AUTOGRADER moves /autograder (tests).
-set -euo pipefail
-root=${{MMIOLAB_AUTOGRADER:-/autograder}}
-exec /usr/bin/python3 "$root/source/scripts/grade" --lab {lab} --gradescope{flags}
-"""
 
 
 def zip_members(spec: LabSpec, root: str = ROOT) -> list[str]:
@@ -115,9 +86,9 @@ def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool =
             entries.append((name, f.read(), 0o755 if os.access(src, os.X_OK) else 0o644))
     entries += [(name, data, 0o644) for name, data in built.generated.items()]
     flags = " --allow-unconfined-build" if allow_unconfined else ""
-    entries += [("setup.sh", SETUP_SH.format().encode(), 0o755),
-                ("run_autograder", RUN_AUTOGRADER.format(lab=spec.name, flags=flags).encode(),
-                 0o755)]
+    entries += [("setup.sh", fill("gradescope-setup.sh").encode(), 0o755),
+                ("run_autograder",
+                 fill("gradescope-run_autograder.sh", lab=spec.name, flags=flags).encode(), 0o755)]
     os.makedirs(out_dir, exist_ok=True)
     final = os.path.join(out_dir, f"mmiolab-{spec.name}-autograder.zip")
     tmp = final + ".part"

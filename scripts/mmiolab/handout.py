@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, MmiolabError
 from .labspec import LabSpec
+from .template import fill
 
 # What the student kit takes from the top of the tree; everything else (docs
 # sources, the test suite, CI) stays with the instructor.
@@ -55,36 +56,6 @@ SECRET_DIRS = ANSWER_DIRS + ("hidden",)
 INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scripts/trace-timeline",
                     "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py")
 
-HANDOUT_MD = """\
-# mmiolab: lab "{name}"
-
-{title}
-
-This is the student handout of the mmiolab kit: it builds the lab kernel and
-VM, and grades your driver exactly as your instructor's grader does. The
-reference solutions, the wrong fixes the grader rejects, the kit's own test
-suite and the sources of the documentation are not in it.
-
-1. `make deps` installs what grading needs and this system lacks, once (as
-   root or with sudo): QEMU, {compiler} (the major version that built the
-   lab kernel), make, Python 3 and bubblewrap. Debian 12 and 13 are tested;
-   Ubuntu 22.04 and 24.04 are meant to work (see README.md).
-2. Read the lab: `docs/labs/{name}.html` (the whole documentation is in
-   `docs/index.html`).
-3. `make -C labs/{name} vm` builds your driver as the grader does and boots
-   the lab VM with it (leave it with `exit` or Ctrl-A X); the banner says
-   what to type, `record` traces a run, and `make -C labs/{name} timeline`
-   draws the run you recorded (see "Explore first" on the lab's page).
-4. Edit `labs/{name}/starter/{file}`, then self-check it:
-   `make -C labs/{name} check` (or `make -C labs/{name} check SUBMISSION=my.c`).
-5. Hand in `{file}`, and only that file.
-
-The lab kernel comes built, in `prebuilt/` (with what a module build needs):
-{built}. It stays in use as long as `patches/` and `vm/kernel.config` are
-as handed out.
-
-`make demo`, `make check` and `make docs` need the full kit and say so here.
-"""
 
 
 class HandoutError(MmiolabError):
@@ -313,11 +284,10 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=when) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = built.info
-        text = HANDOUT_MD.format(name=spec.name, title=spec.title, file=spec.files[0],
-                                 compiler=_gcc_package(info["compiler"]),
-                                 built=f"Linux {info['release']} with the kit's patches, "
-                                       f"built by the kit at {info['kit']}, "
-                                       f"with {info['compiler']}")
+        text = fill("handout-HANDOUT.md", name=spec.name, title=spec.title, file=spec.files[0],
+                    compiler=_gcc_package(info["compiler"]),
+                    built=f"Linux {info['release']} with the kit's patches, "
+                          f"built by the kit at {info['kit']}, with {info['compiler']}")
         _add(tar, f"{top}/HANDOUT.md", text.encode(), 0o644, when)
         for name, data in sorted(built.generated.items()):
             _add(tar, f"{top}/{name}", data, 0o644, when)

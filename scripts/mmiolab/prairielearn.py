@@ -59,6 +59,7 @@ from typing import Any
 
 from . import BUILD, ROOT
 from .report import GradeResult, _WHY, _clean_obj, _clean_text, _num, atomic_write, summary_text
+from .template import fill
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.
 MAX_RESULTS_BYTES = 900 << 10
@@ -182,86 +183,9 @@ def write_results(result: GradeResult, path: str) -> None:
 
 # ---------------------------------------------------------------------------- packing
 
-ENTRYPOINT_SH = """\
-#!/usr/bin/env bash
-# PrairieLearn runs this in a fresh container for each submission: put the
-# lab's hidden tests (the question's tests/hidden/, never in this public
-# image) into the kit, grade /grade/student, write /grade/results/results.json.
-# MMIOLAB_PRAIRIELEARN moves /grade and MMIOLAB_KIT the kit (tests).
-set -euo pipefail
-grade=${{MMIOLAB_PRAIRIELEARN:-/grade}}
-kit=${{MMIOLAB_KIT:-{kit}}}
-results=$grade/results/results.json
-mkdir -p "$grade/results"
-rm -f "$results"
 
-# PrairieLearn reads results.json only when this exits 0 (grader-host), so a
-# grader that cannot run still says so, as "not gradable": no attempt is lost.
-not_gradable() {{
-	echo "mmiolab: $1" >&2
-	printf '{{"gradable": false, "score": 0, "message": "%s"}}\\n' \\
-		"The grader could not run, through no fault of your code: it is not counted. Tell the course staff." \\
-		>"$results"
-	exit 0
-}}
 
-hidden=$kit/labs/{lab}/hidden
-hidden_tests={has_hidden}
-if [ "$hidden_tests" = yes ]; then
-	[ -f "$grade/tests/hidden/hidden.toml" ] ||
-		not_gradable "the question has no tests/hidden/hidden.toml: copy the packed question whole"
-	rm -rf "$hidden"
-	cp -R "$grade/tests/hidden" "$hidden"
-fi
-status=0
-/usr/bin/python3 "$kit/scripts/grade" --lab {lab} --prairielearn{flags} || status=$?
-[ -s "$results" ] || not_gradable "scripts/grade exited $status without a result"
-"""
 
-DOCKERFILE = """\
-# The grader image of lab {lab} for PrairieLearn (docs/externalGrading.md in
-# PrairieLearn's repository). Build it for linux/amd64 and push it to a public
-# registry under the name in ../question/info.json (docs/dockerImages.md):
-#   docker build --platform linux/amd64 -t NAME . && docker push NAME
-#
-# Ubuntu 24.04, as PrairieLearn's own C grader image (graders/c/Dockerfile).
-# The lab kernel and initramfs come built (kit/prebuilt/): the image needs only
-# the grading packages from its own archive.
-FROM ubuntu:24.04
-ARG DEBIAN_FRONTEND=noninteractive
-COPY kit/ {kit}/
-# Module builds run as an unprivileged user (bubblewrap), who must be able to
-# enter the folders down to the kernel tree.
-RUN chmod a+x {kit}
-# What grading needs (QEMU, the kernel's gcc-N, make, Python 3, bubblewrap...):
-# the kit's own list, scripts/deps grade.
-RUN {kit}/scripts/deps grade && rm -rf /var/lib/apt/lists/*
-# (entrypoint.sh is mode 755 in this folder; COPY keeps it)
-COPY entrypoint.sh {entrypoint}
-ENV PYTHONIOENCODING=UTF-8
-ENTRYPOINT ["{entrypoint}"]
-"""
-
-QUESTION_HTML = """\
-<pl-question-panel>
-  <p>
-    <strong>mmiolab lab "{lab}"</strong>: {title}.
-    Edit the driver below, as the lab's page describes, and submit it: the
-    grader builds it against the lab kernel and runs its tests in the lab VM,
-    which takes longer than most questions' grading.
-  </p>
-{editors}
-</pl-question-panel>
-
-<pl-submission-panel>
-  <pl-external-grader-results></pl-external-grader-results>
-  <pl-file-preview></pl-file-preview>
-</pl-submission-panel>
-"""
-
-EDITOR = """\
-  <pl-file-editor file-name="{name}" ace-mode="ace/mode/c_cpp"
-                  directory="clientFilesQuestion" source-file-name="{name}"></pl-file-editor>"""
 
 
 def question_uuid(lab: str) -> str:
@@ -357,21 +281,22 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
         if os.path.isfile(starter):
             with open(starter, "rb") as f:
                 put(os.path.join(question, "clientFilesQuestion", name), f.read())
-            editors.append(EDITOR.format(name=name))
+            editors.append(fill("prairielearn-editor.html", name=name))
         else:
             editors.append(f'  <pl-file-editor file-name="{name}" '
                            f'ace-mode="ace/mode/c_cpp"></pl-file-editor>')
     doc = info_json(spec, image or DEFAULT_IMAGE.format(lab=spec.name))
     put(os.path.join(question, "info.json"), (json.dumps(doc, indent=2) + "\n").encode())
-    put(os.path.join(question, "question.html"), QUESTION_HTML.format(
-        lab=spec.name, title=html.escape(spec.title, quote=False),
-        editors="\n".join(editors)).encode())
+    put(os.path.join(question, "question.html"), fill(
+        "prairielearn-question.html", lab=spec.name,
+        title=html.escape(spec.title, quote=False), editors="\n".join(editors)).encode())
     flags = " --allow-unconfined-build" if allow_unconfined else ""
-    put(os.path.join(image_dir, "entrypoint.sh"), ENTRYPOINT_SH.format(
-        lab=spec.name, kit=KIT_IN_IMAGE, flags=flags,
+    put(os.path.join(image_dir, "entrypoint.sh"), fill(
+        "prairielearn-entrypoint.sh", lab=spec.name, kit=KIT_IN_IMAGE, flags=flags,
         has_hidden="yes" if has_hidden else "no").encode(), 0o755)
-    put(os.path.join(image_dir, "Dockerfile"), DOCKERFILE.format(
-        lab=spec.name, kit=KIT_IN_IMAGE, entrypoint=ENTRYPOINT).encode())
+    put(os.path.join(image_dir, "Dockerfile"), fill(
+        "prairielearn-Dockerfile", lab=spec.name, kit=KIT_IN_IMAGE,
+        entrypoint=ENTRYPOINT).encode())
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, while it builds the autograder's image
+# (any Debian or Ubuntu base: 12, 13, 22.04, 24.04): the packages grading
+# needs, from the image's own archive. The lab kernel and the guest's
+# initramfs come built (prebuilt/): no kernel is built here.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+# The module build reaches the kernel source through this link (a zip may not
+# keep links).
+ln -sfn ../src prebuilt/kernel/obj/source
+# Module builds run as an unprivileged user (bubblewrap), who must be able to
+# enter the folders down to the kernel tree.
+chmod a+x .. .
+scripts/deps grade
+# Tell the instructor now (in the image's build log) whether builds can be confined.
+/usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
+from mmiolab.lab import confinement
+ok, why = confinement()
+print("mmiolab: module builds are confined" if ok else "mmiolab: WARNING: module builds "
+      "cannot be confined in this image: " + why)'
