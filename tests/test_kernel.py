@@ -1,6 +1,7 @@
 """make kernel: a patch that does not apply stops the build and is named."""
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -36,6 +37,25 @@ class PatchSeriesTest(unittest.TestCase):
         on_disk = {f for f in os.listdir(kernel.PATCHES)
                    if f.endswith(".patch") and not f.startswith("0000-")}
         self.assertEqual(listed, on_disk)
+
+    def test_cover_letter_is_written_and_current(self):
+        """The cover letter has its own subject and text (not git format-patch's
+        placeholders) and its shortlog names the series' patches in order."""
+        with open(os.path.join(kernel.PATCHES, "0000-cover-letter.patch"), encoding="utf-8") as f:
+            cover = f.read()
+        self.assertNotIn("*** SUBJECT HERE ***", cover)
+        self.assertNotIn("*** BLURB HERE ***", cover)
+        n = len(kernel.series())
+        self.assertRegex(cover, rf"Subject: \[PATCH 00/{n}\] \w")
+        subjects = []
+        for name in kernel.series():
+            with open(os.path.join(kernel.PATCHES, name), encoding="utf-8") as f:
+                head = f.read().split("\n\n", 1)[0]
+            subject = head.split("Subject: ", 1)[1]
+            subject = re.sub(r"^\[PATCH \d+/\d+\] ", "", " ".join(subject.split()))
+            subjects.append(subject)
+        shortlog = cover.split(f"({n}):\n", 1)[1].split("\n\n", 1)[0]
+        self.assertEqual(" ".join(shortlog.split()), " ".join(subjects))
 
     def test_checkpatch_strict(self):
         """Every patch passes the kernel's own checkpatch.pl --strict: no error,
