@@ -32,10 +32,10 @@ deps:
 ## make kernel      unpack, patch and build the lab kernel (build/kernel);
 ##                  DEBUG=1: the debug kernel with lockdep and KFENCE (build/kernel-debug)
 kernel:
-	@MMIOLAB_DEBUG=$(DEBUG) $(MMIOLAB) kernel
+	@MMIOLAB_DEBUG= $(MMIOLAB) kernel $(if $(filter 1,$(DEBUG)),--debug)
 
 kernel-debug:
-	@MMIOLAB_DEBUG=1 $(MMIOLAB) kernel
+	@$(MMIOLAB) kernel --debug
 
 ## make initramfs   busybox-static initramfs with the guest helpers (build/initramfs)
 initramfs:

@@ -8,9 +8,9 @@ from mmiolab import BUILD, kernel, vm
 from mmiolab.initramfs import BASE
 
 KUNIT_KO = os.path.join(kernel.OBJ, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
-DEBUG_OBJ = os.path.join(BUILD, "kernel-debug", "obj")
-DEBUG_KERNEL = os.path.join(DEBUG_OBJ, "arch", "x86", "boot", "bzImage")
-DEBUG_KUNIT_KO = os.path.join(DEBUG_OBJ, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
+DEBUG_TREE = kernel.tree(debug=True)
+DEBUG_KERNEL = DEBUG_TREE.bzimage
+DEBUG_KUNIT_KO = os.path.join(DEBUG_TREE.obj, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
 KUNIT_PY = os.path.join(kernel.SRC, "tools", "testing", "kunit", "kunit.py")
 
 

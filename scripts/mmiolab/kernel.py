@@ -23,27 +23,50 @@ TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.12.t
 PATCHES = os.environ.get("MMIOLAB_PATCHES", os.path.join(ROOT, "patches"))
 FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
 DEBUG_FRAGMENT = os.path.join(ROOT, "vm", "debug.config")
-# MMIOLAB_DEBUG=1 (make kernel DEBUG=1): the debug kernel, in build/kernel-debug.
-DEBUG = os.environ.get("MMIOLAB_DEBUG", "") == "1"
-FRAGMENTS = [FRAGMENT, DEBUG_FRAGMENT] if DEBUG else [FRAGMENT]
 # A student handout carries the lab kernel built (scripts/handout): the kernel
 # image and what an out-of-tree module build needs, in the kit's own src/obj
 # layout. Students do not build kernels.
 PREBUILT = os.path.join(ROOT, "prebuilt", "kernel")
 PREBUILT_INFO = "built-by.json"
-USE_PREBUILT = not DEBUG and os.path.isdir(PREBUILT)
-KDIR = PREBUILT if USE_PREBUILT else os.path.join(BUILD, "kernel-debug" if DEBUG else "kernel")
-WHAT = "debug kernel" if DEBUG else "kernel"      # in progress lines
-# A cold build (empty ccache) of vm/kernel.config, measured with scripts/coldstart
-# on a 2-CPU Debian 12 machine (Documentation/figures/coldstart.txt): files
-# compiled, and CPU-seconds of the build step (its wall time on the 2 busy
-# CPUs). For the progress line and the demo's estimate, not for tests.
-COLD_FILES = 1027 if DEBUG else 1018
-COLD_CPU_SECONDS = 930 if DEBUG else 880
-SRC = os.path.join(KDIR, "src")
-OBJ = os.path.join(KDIR, "obj")
-STAMP = os.path.join(KDIR, "stamp.json")
-BZIMAGE = os.path.join(OBJ, "arch", "x86", "boot", "bzImage")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """One lab kernel: its folder (src/ the patched tree, obj/ the build,
+    stamp.json) and how it is configured. The lab kernel is build/kernel, or
+    a handout's prebuilt/kernel; the debug kernel (lockdep, KFENCE...) is
+    build/kernel-debug."""
+    kdir: str
+    debug: bool = False
+    prebuilt: bool = False
+
+    src = property(lambda self: os.path.join(self.kdir, "src"))
+    obj = property(lambda self: os.path.join(self.kdir, "obj"))
+    stamp = property(lambda self: os.path.join(self.kdir, "stamp.json"))
+    bzimage = property(lambda self: os.path.join(self.obj, "arch", "x86", "boot", "bzImage"))
+    what = property(lambda self: "debug kernel" if self.debug else "kernel")   # progress lines
+    fragments = property(lambda self: [FRAGMENT, DEBUG_FRAGMENT] if self.debug else [FRAGMENT])
+    # A cold build (empty ccache), measured with scripts/coldstart on a 2-CPU
+    # Debian 12 machine (Documentation/figures/coldstart.txt): files compiled,
+    # and CPU-seconds of the build step. For progress lines and the demo's
+    # estimate, not for tests.
+    cold_files = property(lambda self: 1027 if self.debug else 1018)
+    cold_cpu_seconds = property(lambda self: 930 if self.debug else 880)
+
+
+def tree(debug: bool = False) -> Tree:
+    """The lab kernel (a handout's prebuilt one where there is one) or the debug kernel."""
+    if not debug and os.path.isdir(PREBUILT):
+        return Tree(PREBUILT, prebuilt=True)
+    return Tree(os.path.join(BUILD, "kernel-debug" if debug else "kernel"), debug)
+
+
+# The kernel this process uses unless told otherwise: MMIOLAB_DEBUG=1 (make
+# kernel DEBUG=1) makes it the debug kernel.
+DEBUG = os.environ.get("MMIOLAB_DEBUG", "") == "1"
+LAB = tree(DEBUG)
+USE_PREBUILT = LAB.prebuilt
+KDIR, SRC, OBJ, STAMP, BZIMAGE = LAB.kdir, LAB.src, LAB.obj, LAB.stamp, LAB.bzimage
 # Fixed build identity: identical inputs give identical compiler command lines,
 # which is what lets ccache hit across clones and re-unpacked trees.
 BUILD_ENV = {
@@ -101,23 +124,23 @@ def source_digest(patch_dir: str = PATCHES) -> str:
         _digest([os.path.join(patch_dir, n) for n in names])
 
 
-def config_digest() -> str:
-    return _digest(FRAGMENTS)
+def config_digest(t: Tree = LAB) -> str:
+    return _digest(t.fragments)
 
 
-def _load_stamp() -> dict:
+def _load_stamp(t: Tree) -> dict:
     try:
-        with open(STAMP) as f:
+        with open(t.stamp) as f:
             return json.load(f)
     except (OSError, ValueError):
         return {}
 
 
-def _save_stamp(stamp: dict) -> None:
-    tmp = STAMP + ".tmp"
+def _save_stamp(t: Tree, stamp: dict) -> None:
+    tmp = t.stamp + ".tmp"
     with open(tmp, "w") as f:
         json.dump(stamp, f, indent=1)
-    os.replace(tmp, STAMP)
+    os.replace(tmp, t.stamp)
 
 
 def unpack(dest: str) -> None:
@@ -152,10 +175,10 @@ def apply_series(tree: str, patch_dir: str = PATCHES) -> int:
     return len(names)
 
 
-def make_cmd(*targets: str, jobs: int | None = None) -> list[str]:
+def make_cmd(*targets: str, jobs: int | None = None, t: Tree = LAB) -> list[str]:
     jobs = jobs or (os.cpu_count() or 1) + 1
     cc = "ccache gcc" if shutil.which("ccache") else "gcc"
-    return ["make", "-C", SRC, f"O={OBJ}", f"-j{jobs}", f"CC={cc}", f"HOSTCC={cc}", *targets]
+    return ["make", "-C", t.src, f"O={t.obj}", f"-j{jobs}", f"CC={cc}", f"HOSTCC={cc}", *targets]
 
 
 def build_env() -> dict[str, str]:
@@ -165,16 +188,17 @@ def build_env() -> dict[str, str]:
     return {**env, **BUILD_ENV}
 
 
-def configure() -> None:
-    os.makedirs(OBJ, exist_ok=True)
-    merged = os.path.join(KDIR, "fragment.config")
+def configure(t: Tree = LAB) -> None:
+    os.makedirs(t.obj, exist_ok=True)
+    merged = os.path.join(t.kdir, "fragment.config")
     with open(merged, "w") as out:
-        for frag in FRAGMENTS:
+        for frag in t.fragments:
             with open(frag) as f:
                 out.write(f.read())
     env = {**build_env(), "KCONFIG_ALLCONFIG": merged}
-    run_logged(make_cmd("allnoconfig"), os.path.join(KDIR, "config.log"), "configure", env=env)
-    check_config(os.path.join(OBJ, ".config"), merged)
+    run_logged(make_cmd("allnoconfig", t=t), os.path.join(t.kdir, "config.log"), "configure",
+               env=env)
+    check_config(os.path.join(t.obj, ".config"), merged)
 
 
 def check_config(config: str, fragment: str) -> None:
@@ -215,14 +239,14 @@ def prebuilt_info(kdir: str = PREBUILT) -> dict:
         return {}
 
 
-def use_prebuilt() -> str:
+def use_prebuilt(t: Tree = LAB) -> str:
     """A handout's kernel, if it was built from this kit's patches and config."""
-    info = prebuilt_info()
-    if not os.path.exists(BZIMAGE):
-        raise FileNotFoundError(f"{os.path.relpath(BZIMAGE, ROOT)} is missing: the handout "
+    info = prebuilt_info(t.kdir)
+    if not os.path.exists(t.bzimage):
+        raise FileNotFoundError(f"{os.path.relpath(t.bzimage, ROOT)} is missing: the handout "
                                 f"is incomplete (unpack it again)")
     changed = [what for what, key, now in (("patches/", "patches", patches_digest()),
-                                           ("vm/kernel.config", "config", config_digest()))
+                                           ("vm/kernel.config", "config", config_digest(t)))
                if info.get(key) != now]
     if changed:
         raise ConfigError(
@@ -231,52 +255,52 @@ def use_prebuilt() -> str:
             f"of your own instead, which takes minutes and needs linux-source-6.12: remove "
             f"prebuilt/kernel, then make kernel.)")
     say(f"kernel: prebuilt by the kit at {info.get('kit', '?')} (Linux {info.get('release', '?')})")
-    return BZIMAGE
+    return t.bzimage
 
 
-def is_built() -> bool:
+def is_built(t: Tree = LAB) -> bool:
     """Whether build() has nothing to do (a handout's kernel counts as built)."""
-    if USE_PREBUILT:
+    if t.prebuilt:
         return True
-    stamp = _load_stamp()
-    return os.path.exists(BZIMAGE) and \
-        stamp.get("built") == source_digest() + config_digest() == stamp.get("config")
+    stamp = _load_stamp(t)
+    return os.path.exists(t.bzimage) and \
+        stamp.get("built") == source_digest() + config_digest(t) == stamp.get("config")
 
 
-def build(force: bool = False) -> str:
-    """Bring build/kernel up to date with patches/ and vm/kernel.config; returns bzImage."""
-    if USE_PREBUILT:
-        return use_prebuilt()
-    stamp = _load_stamp()
-    src_d, cfg_d = source_digest(), config_digest()
-    if force or stamp.get("source") != src_d or not os.path.isdir(SRC):
-        with step(f"{WHAT}: unpack and patch", tick=True):
+def build(force: bool = False, t: Tree = LAB) -> str:
+    """Bring the kernel t up to date with patches/ and its config fragments; returns bzImage."""
+    if t.prebuilt:
+        return use_prebuilt(t)
+    stamp = _load_stamp(t)
+    src_d, cfg_d = source_digest(), config_digest(t)
+    if force or stamp.get("source") != src_d or not os.path.isdir(t.src):
+        with step(f"{t.what}: unpack and patch", tick=True):
             stamp = {}
-            os.makedirs(KDIR, exist_ok=True)
-            unpack(SRC)
-            n = apply_series(SRC)
+            os.makedirs(t.kdir, exist_ok=True)
+            unpack(t.src)
+            n = apply_series(t.src)
             say(f"applied {n} patches from patches/series")
         stamp["source"] = src_d
-        _save_stamp(stamp)
+        _save_stamp(t, stamp)
     # The series may add Kconfig options, so a new tree is configured anew.
     cfg_d = src_d + cfg_d
-    if stamp.get("config") != cfg_d or not os.path.exists(os.path.join(OBJ, ".config")):
-        with step(f"{WHAT}: configure"):
-            configure()
+    if stamp.get("config") != cfg_d or not os.path.exists(os.path.join(t.obj, ".config")):
+        with step(f"{t.what}: configure"):
+            configure(t)
         stamp["config"] = cfg_d
         stamp.pop("built", None)
-        _save_stamp(stamp)
+        _save_stamp(t, stamp)
     want = cfg_d
-    if stamp.get("built") == want and os.path.exists(BZIMAGE):
-        say(f"{WHAT}: up to date")
-        return BZIMAGE
-    log = os.path.join(KDIR, "build.log")
-    with step(f"{WHAT}: build (full log: {log})"):
-        run_logged(make_cmd("bzImage", "modules"), log, f"{WHAT} build", env=build_env(),
-                   count_prefix="  CC", count_about=COLD_FILES)
+    if stamp.get("built") == want and os.path.exists(t.bzimage):
+        say(f"{t.what}: up to date")
+        return t.bzimage
+    log = os.path.join(t.kdir, "build.log")
+    with step(f"{t.what}: build (full log: {log})"):
+        run_logged(make_cmd("bzImage", "modules", t=t), log, f"{t.what} build",
+                   env=build_env(), count_prefix="  CC", count_about=t.cold_files)
     stamp["built"] = want
-    _save_stamp(stamp)
-    return BZIMAGE
+    _save_stamp(t, stamp)
+    return t.bzimage
 
 
 def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
@@ -388,5 +412,5 @@ def build_module(src_dir: str, out_dir: str, log: str) -> list[str]:
     return sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".ko"))
 
 
-__all__ = ["build", "apply_series", "unpack", "series", "PatchError", "ConfigError",
-           "CommandError", "SRC", "OBJ", "BZIMAGE"]
+__all__ = ["build", "apply_series", "unpack", "series", "tree", "Tree", "PatchError",
+           "ConfigError", "CommandError", "SRC", "OBJ", "BZIMAGE"]
