@@ -57,6 +57,21 @@ class PatchSeriesTest(unittest.TestCase):
         shortlog = cover.split(f"({n}):\n", 1)[1].split("\n\n", 1)[0]
         self.assertEqual(" ".join(shortlog.split()), " ".join(subjects))
 
+    def test_bisect_compiles_what_each_patch_changes(self):
+        """make bisect checks that each prefix compiled the .c files its last patch
+        changes; the irq_sim patches come before MMIOSIM, so vm/bisect.config must
+        turn on something in the tree that selects IRQ_SIM (gpio-sim)."""
+        irq_sim = [n for n in kernel.series()
+                   if "kernel/irq/irq_sim.c" in kernel.changed_c_files(
+                       os.path.join(kernel.PATCHES, n))]
+        self.assertGreaterEqual(len(irq_sim), 5)
+        with open(kernel.BISECT_FRAGMENT) as f:
+            self.assertIn("CONFIG_GPIO_SIM=y", f.read())
+        with open(os.path.join(kernel.SRC, "drivers", "gpio", "Kconfig")) as f:
+            kconfig = f.read()
+        block = kconfig.split("config GPIO_SIM\n", 1)[1].split("\nconfig ", 1)[0]
+        self.assertIn("select IRQ_SIM", block)
+
     def test_checkpatch_strict(self):
         """Every patch passes the kernel's own checkpatch.pl --strict: no error,
         no warning (the few CHECKs left are explained in the cover letter)."""

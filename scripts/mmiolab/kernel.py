@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 from . import BUILD, ROOT, MmiolabError
 from .progress import CommandError, run_logged, say, step
@@ -303,17 +304,38 @@ def build(force: bool = False, t: Tree = LAB) -> str:
     return t.bzimage
 
 
+BISECT_FRAGMENT = os.path.join(ROOT, "vm", "bisect.config")
+
+
+def changed_c_files(patch: str) -> list[str]:
+    """The .c files a patch changes or adds (paths in the tree)."""
+    out = []
+    with open(patch, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("+++ b/") and line.rstrip().endswith(".c"):
+                out.append(line[6:].rstrip())
+    return out
+
+
 def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
-    """Build every prefix of the series (patch 1, 1-2, ...): each must build.
+    """Build every prefix of the series (patch 1, 1-2, ...): each must build,
+    and compile every .c file its last patch changes.
 
     Applies the patches one at a time to one fresh tree and rebuilds
-    incrementally, reconfiguring after each (a patch may add options).
-    Returns the patches built; CommandError names the first that breaks.
+    incrementally, reconfiguring after each (a patch may add options), with
+    vm/bisect.config on top of the lab config. Returns the patches built;
+    CommandError names the first that breaks, or whose .c files the build
+    did not compile (a prefix that leaves them unconfigured proves nothing).
     """
     src, obj = os.path.join(dest, "src"), os.path.join(dest, "obj")
     unpack(src)
     shutil.rmtree(obj, ignore_errors=True)
     os.makedirs(obj)
+    merged = os.path.join(dest, "bisect-fragment.config")
+    with open(merged, "w") as out:
+        for frag in (FRAGMENT, BISECT_FRAGMENT):
+            with open(frag) as f:
+                out.write(f.read())
     names = series()
     done = []
     for n, name in enumerate(names, 1):
@@ -327,12 +349,28 @@ def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
         make = ["make", "-C", src, f"O={obj}", f"-j{(os.cpu_count() or 1) + 1}",
                 f"CC={'ccache gcc' if shutil.which('ccache') else 'gcc'}"]
         with step(f"bisect {n}/{len(names)}: {name}"):
+            started = time.time()
             run_logged(make + ["allnoconfig"], os.path.join(dest, f"{n:02d}-config.log"),
-                       "configure", env={**build_env(), "KCONFIG_ALLCONFIG": FRAGMENT})
+                       "configure", env={**build_env(), "KCONFIG_ALLCONFIG": merged})
             run_logged(make + ["bzImage", "modules"], os.path.join(dest, f"{n:02d}-build.log"),
                        f"build with patches 1-{n}", env=build_env(), count_prefix="  CC")
+            stale = [c for c in changed_c_files(os.path.join(PATCHES, name))
+                     if not _built_since(os.path.join(obj, c[:-2] + ".o"), started)]
+            if stale:
+                raise CommandError(f"bisect {n}/{len(names)}: {name} changes "
+                                   f"{', '.join(stale)}, which the build with patches 1-{n} "
+                                   "did not compile (not in the configuration?)")
+            say(f"bisect {n}/{len(names)}: compiled "
+                f"{', '.join(changed_c_files(os.path.join(PATCHES, name))) or 'no .c file changed'}")
         done.append(name)
     return done
+
+
+def _built_since(path: str, when: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= when - 1
+    except OSError:
+        return False
 
 
 # What Kbuild prints (Makefile, target prepare) when the compiler's version text
