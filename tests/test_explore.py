@@ -187,7 +187,7 @@ class ExploreHostTest(unittest.TestCase):
 
     def test_fabric_words_start_from_the_lab_and_take_the_students(self):
         spec = load_lab("posting")
-        words = explore.fabric_words(spec, "profile=pc mmiosim.seed=3 semantics=5.2")
+        words = explore.fabric_words(spec, "profile=pc mmiosim.seed=3 locking=5.2")
         self.assertIn("mmiosim.profile=pc", words)
         self.assertIn("mmiosim.locking=5.2", words)
         self.assertIn("mmiosim.seed=3", words)
@@ -196,6 +196,9 @@ class ExploreHostTest(unittest.TestCase):
         for bad in ("profile", "profile=pc;reboot", "Profile=pc", "x='1'"):
             with self.assertRaises(explore.ExploreError, msg=bad):
                 explore.fabric_words(spec, bad)
+        with self.assertRaises(explore.ExploreError) as e:      # the kit's old word
+            explore.fabric_words(spec, "semantics=5.2")
+        self.assertIn("FABRIC='locking=5.2'", str(e.exception))
 
     def test_every_lab_page_explores_with_these_commands(self):
         for lab in lab_names():
