@@ -140,7 +140,7 @@ def boot_words(params: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class StatsRow:
-    """A labstats row under another fabric than the lab's: where its bug must disappear."""
+    """A labstats row: one of the lab's variants under other fabric parameters."""
     variant: str
     fabric: dict[str, Any]
 
