@@ -166,6 +166,55 @@ def frame(n: int, text: str, cut: int = 0, end: bool = True) -> str:
             + (f"=== mmiolab record {n} end ===\r\r\n" if end else ""))
 
 
+class RingHeaderTest(unittest.TestCase):
+    """The card's register names come from include/linux/mmiosim_ring.h, the
+    one place they are written: the lab kernel tree's, else the patch series'."""
+
+    def tearDown(self):
+        timeline.ring.cache_clear()
+
+    def test_the_header_gives_the_registers(self):
+        from mmiolab import kernel
+        header = os.path.join(kernel.SRC, timeline.RING_HEADER)
+        if not os.path.exists(header):
+            self.skipTest(f"{header} missing: no lab kernel tree")
+        with open(header, encoding="utf-8") as f:
+            ring = timeline.parse_ring_header(f.read())
+        self.assertEqual((ring.doorbell, ring.int_enable), (0x1c, 0x24))
+        self.assertEqual(ring.name(0x20), "CONSUMER")
+        self.assertEqual(ring.name(0x44), "0x44")
+        # the flags, the ID value, the ring size and the window are no registers
+        self.assertEqual(sorted(ring.regs), list(range(0, 0x34, 4)))
+        # the patch series that adds it says the same
+        series = timeline.parse_ring_header(timeline._header_from_series(kernel.PATCHES))
+        self.assertEqual(series.regs, ring.regs)
+
+    def test_a_header_without_the_registers_is_said(self):
+        text = ("#define MMIOSIM_RING_WINDOW\t\t0x40\n"
+                "#define MMIOSIM_RING_DOORBELL\t\t0x1c\t/* wo */\n"
+                "#define MMIOSIM_RING_CTRL_ENABLE\t0x4\n")
+        with self.assertRaises(timeline.TraceError) as e:
+            timeline.parse_ring_header(text, "x.h")
+        self.assertIn("x.h is not the ring card's register map (no MMIOSIM_RING_INT_ENABLE)",
+                      str(e.exception))
+        ring = timeline.parse_ring_header(text + "#define MMIOSIM_RING_INT_ENABLE 0x24\n")
+        self.assertEqual(ring.regs, {0x1c: "DOORBELL", 0x24: "INT_ENABLE"})
+
+    def test_without_a_kernel_tree_the_series_then_a_clear_error(self):
+        from unittest import mock
+        from mmiolab import kernel
+        with tempfile.TemporaryDirectory() as empty:
+            with mock.patch.object(kernel, "SRC", empty):
+                timeline.ring.cache_clear()
+                self.assertEqual(timeline.ring().doorbell, 0x1c)     # from patches/
+                with mock.patch.object(kernel, "PATCHES", empty):
+                    timeline.ring.cache_clear()
+                    with self.assertRaises(timeline.TraceError) as e:
+                        timeline.ring()
+        self.assertIn("run 'make kernel'", str(e.exception))
+        self.assertIn(timeline.RING_HEADER, str(e.exception))
+
+
 class ExploreHostTest(unittest.TestCase):
     def test_recordings_come_back_whole_or_are_said_incomplete(self):
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
@@ -187,7 +236,7 @@ class ExploreHostTest(unittest.TestCase):
 
     def test_fabric_words_start_from_the_lab_and_take_the_students(self):
         spec = load_lab("posting")
-        words = explore.fabric_words(spec, "profile=pc mmiosim.seed=3 semantics=5.2")
+        words = explore.fabric_words(spec, "profile=pc mmiosim.seed=3 locking=5.2")
         self.assertIn("mmiosim.profile=pc", words)
         self.assertIn("mmiosim.locking=5.2", words)
         self.assertIn("mmiosim.seed=3", words)
@@ -196,6 +245,9 @@ class ExploreHostTest(unittest.TestCase):
         for bad in ("profile", "profile=pc;reboot", "Profile=pc", "x='1'"):
             with self.assertRaises(explore.ExploreError, msg=bad):
                 explore.fabric_words(spec, bad)
+        with self.assertRaises(explore.ExploreError) as e:      # the kit's old word
+            explore.fabric_words(spec, "semantics=5.2")
+        self.assertIn("FABRIC='locking=5.2'", str(e.exception))
 
     def test_every_lab_page_explores_with_these_commands(self):
         for lab in lab_names():

@@ -253,17 +253,18 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(ids, ["alice", "alice~2", "Alice~3", "gradebook.csv~2"])
 
     def test_every_limit_of_lab_toml_reaches_the_run(self):
-        """console_cap and run_timeout go to the guest, build_timeout to the build."""
+        """console_cap and run_timeout go to the guest, build_timeout to the build's sandbox."""
         from unittest import mock
-        from mmiolab import grade, lab, labspec, stages, vm
+        from mmiolab import grade, lab, labspec, sandbox, stages, vm
         spec = dataclasses.replace(self.spec, limits=labspec.Limits(
             build_timeout=77, run_timeout=33, console_cap=12345))
         seen = {}
-        real_build = lab.build_driver
+        real_sandbox_run = sandbox.run
 
-        def build(*a, **kw):
-            seen["build_timeout"] = kw["timeout"]
-            return real_build(*a, **kw)
+        def build(argv, *a, **kw):        # sandbox.run: the build's make (and objdump)
+            if argv[0] == "make":
+                seen["build_timeout"] = a[3].timeout
+            return real_sandbox_run(argv, *a, **kw)
 
         def run(lab_, ko, seeds, log_dir, **kw):
             seen.update(kw)
@@ -271,7 +272,7 @@ class BatchTest(unittest.TestCase):
                                os.path.join(log_dir, "console.log"))
             return lab.Run(list(seeds), "0" * 32, res)
 
-        with mock.patch.object(stages, "build_driver", build), \
+        with mock.patch.object(lab.sandbox, "run", build), \
                 mock.patch.object(stages, "run_tests", run):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
                                 grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))

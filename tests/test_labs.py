@@ -77,6 +77,22 @@ class LabClaims:
             self.assertEqual(res.returncode, 0, res.stdout)
         self.assertTrue(self.spec.hidden_tests, "every lab has hidden tests")
 
+    def test_lab_toml_rows_and_phrases(self):
+        """lab.toml's [[labstats]] rows name variants the lab has, and its
+        [phrases] only keys the lab's test programs print (key=value)."""
+        have = variants(self.spec)
+        self.assertTrue(self.spec.labstats)
+        for row in self.spec.labstats:
+            self.assertIn(row.variant, have)
+        programs = ""
+        for pattern in ("tests/*", "hidden/*"):
+            for path in sorted(glob.glob(os.path.join(self.spec.dir, pattern))):
+                with open(path, encoding="utf-8") as f:
+                    programs += f.read()
+        self.assertTrue(self.spec.phrases)
+        for key in self.spec.phrases:
+            self.assertRegex(programs, rf"\b{key}=%", key)
+
     # -- in the guest
     def test_starter_fails_solutions_and_correct_variants_pass(self):
         need_guest(self)

@@ -91,15 +91,18 @@ class OutcomesTest(unittest.TestCase):
     def test_partial_credit_through_fraction(self):
         text = data("pass.channel.log").replace("fraction=1", "fraction=0.5")
         parsed = ktap.parse(text, NONCE)
-        cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+        cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"],
+                                            SPEC.phrases)
         self.assertEqual((cost.score, cost.status), (5.0, "passed"))
         for bad in ("fraction=nan", "fraction=zz", "fraction=-3"):
             parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", bad), NONCE)
-            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"],
+                                            SPEC.phrases)
             self.assertEqual(cost.score, 0.0, bad)
         parsed = ktap.parse(data("pass.channel.log").replace("fraction=1", "fraction=7"), NONCE)
         self.assertEqual(stages.outcome_from_ktap(SPEC.test("cost"),
-                                                  parsed.expect(["cost"])["cost"]).score, 10)
+                                                  parsed.expect(["cost"])["cost"],
+                                                  SPEC.phrases).score, 10)
 
     def test_no_cost_marks_without_a_flush(self):
         """Issue 24: 'flush=none' earns nothing, whatever fraction the line says."""
@@ -109,7 +112,8 @@ class OutcomesTest(unittest.TestCase):
                 "flush=mmiowb ns_per_doorbell=1843 baseline_ns=1702 readback_ns=6811 fraction=1",
                 line)
             parsed = ktap.parse(text, NONCE)
-            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"])
+            cost = stages.outcome_from_ktap(SPEC.test("cost"), parsed.expect(["cost"])["cost"],
+                                            SPEC.phrases)
             self.assertEqual((cost.score, cost.status), (0.0, "passed"), line)
             self.assertIn("why: " + stages.NO_FLUSH, cost.output)
 

@@ -75,8 +75,8 @@ class FakeBuild:
         self.system_note = system_note
         self.calls = []
 
-    def __call__(self, lab_, source, workdir, timeout=120, confined=True, named=""):
-        self.calls.append({"source": source, "workdir": workdir, "timeout": timeout,
+    def __call__(self, lab_, source, workdir, confined=True, named=""):
+        self.calls.append({"lab": lab_, "source": source, "workdir": workdir,
                            "confined": confined, "named": named})
         os.makedirs(workdir, exist_ok=True)
         log = "make: Entering directory 'linux-build'\n  CC [M]  ringdrv.o\n"
@@ -205,7 +205,7 @@ class PrepareTest(unittest.TestCase):
         self.assertEqual(r.warnings, [warning])
         self.assertEqual(r.system_note, "this system's gcc is not the one")
         self.assertFalse(r.confined)
-        self.assertEqual(build.calls[0]["timeout"], self.spec.limits.build_timeout)
+        self.assertIs(build.calls[0]["lab"], self.spec)      # its limits: Limits.build
         self.assertFalse(build.calls[0]["confined"])
         self.assertEqual(r.source_flags, ["the source uses inline assembly"])
         self.assertEqual(r.object_flags, ["1 indirect calls or jumps (call *%rax at .text+0x2)"])

@@ -8,6 +8,7 @@ snapshot of everything outside the scratch folders must be unchanged and no
 file may have appeared where a traversal tried to put one.
 """
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -18,7 +19,7 @@ import textwrap
 import unittest
 import zipfile
 
-from mmiolab import labspec
+from mmiolab import BUILD, labspec, sandbox
 from mmiolab import submission as sub
 
 SRC = b"// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\nMODULE_LICENSE(\"GPL\");\n"
@@ -382,9 +383,16 @@ class IntakeTest(unittest.TestCase):
         self.assertEqual(r.verdict, sub.SPECIAL)
 
     def test_limits_from_lab(self):
+        """lab.toml's [limits] is the one source of the intake's caps and the build's."""
         spec = labspec.load_lab("doorbell")
-        lim = sub.IntakeLimits.from_lab(spec.limits)
-        self.assertEqual(lim.max_file_bytes, spec.limits.max_file_bytes)
+        lim = spec.limits.intake()
+        self.assertEqual((lim.max_file_bytes, lim.max_members, lim.max_total_bytes),
+                         (spec.limits.max_file_bytes, spec.limits.max_members,
+                          spec.limits.max_total_bytes))
+        build = labspec.Limits(build_timeout=77).build()
+        self.assertEqual((build.timeout, build.cpu_seconds), (77, 77))
+        self.assertEqual(dataclasses.replace(build, timeout=120, cpu_seconds=120),
+                         sandbox.Limits())
         path = make_dir(os.path.join(self.d, "s"), {"ringdrv.c": SRC})
         r = sub.intake_for_lab(spec, path, os.path.join(self.d, "x"))
         self.assertTrue(r.ok)
@@ -450,8 +458,17 @@ GOOD_TOML = textwrap.dedent("""\
     run_timeout = 30
     [fabric]
     profile = "pc"
-    semantics = "5.2"
+    locking = "5.2"
     route_ns = 400
+    [phrases]
+    lost = "{} commands lost"
+    late_irqs = "{} late interrupts"
+    [[labstats]]
+    variant = "starter"
+    fabric = { profile = "qemu" }
+    [[labstats]]
+    variant = "solution:ref"
+    fabric = { locking = "2004", jitter_ns = 0 }
     [[tests]]
     name = "build"
     points = 10
@@ -541,6 +558,13 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual(spec.limits.run_timeout, 30.0)
         self.assertEqual(spec.limits.build_timeout, 120.0)
         self.assertEqual(spec.fabric["route_ns"], 400)
+        self.assertEqual(spec.fabric["locking"], "5.2")
+        # the phrases keep lab.toml's order; the rows' fabric is boot words
+        self.assertEqual(list(spec.phrases), ["lost", "late_irqs"])
+        self.assertEqual([(r.variant, r.append) for r in spec.labstats],
+                         [("starter", ["mmiosim.profile=qemu"]),
+                          ("solution:ref", ["mmiosim.locking=2004", "mmiosim.jitter_ns=0"])])
+        self.assertEqual(spec.out, os.path.join(BUILD, "labs", "demo"))
         self.assertTrue(spec.test("race").per_seed)
         self.assertEqual(spec.test("race").visibility, "hidden")
         with self.assertRaises(KeyError):
@@ -557,7 +581,23 @@ class LabSpecTest(unittest.TestCase):
             "negative points": ('points = 30', 'points = -1', "points"),
             "bad seeds": ('default_seeds = [7]', 'default_seeds = []', "default_seeds"),
             "bad profile": ("profile = \"pc\"", 'profile = "alpha"', "fabric.profile"),
-            "bad semantics": ('semantics = "5.2"', 'semantics = 5.2', "fabric.semantics"),
+            "bad locking": ('locking = "5.2"', 'locking = 5.2', "fabric.locking"),
+            "old semantics key": ('locking = "5.2"', 'semantics = "5.2"',
+                                  "fabric.semantics: is now called locking"),
+            "phrase without {}": ('"{} commands lost"', '"commands lost"', "phrases.lost"),
+            "phrase with a field": ('"{} commands lost"', '"{0.__class__} lost"', "phrases.lost"),
+            "bad phrase key": ('late_irqs = ', 'late-irqs = ', "phrases.late-irqs"),
+            "phrase not a string": ('"{} late interrupts"', '3', "phrases.late_irqs"),
+            "bad variant": ('variant = "starter"', 'variant = "solutions/ref"',
+                            "labstats[0].variant"),
+            "empty row fabric": ('fabric = { profile = "qemu" }', 'fabric = {}',
+                                 "labstats[0].fabric: is empty"),
+            "bad row locking": ('locking = "2004", jitter_ns', 'locking = "2005", jitter_ns',
+                                "labstats[1].fabric.locking"),
+            "old key in a row": ('{ profile = "qemu" }', '{ semantics = "2004" }',
+                                 "labstats[0].fabric.semantics: is now called locking"),
+            "unknown row key": ('variant = "starter"', 'variant = "starter"\nseeds = 3',
+                                "labstats[0].seeds"),
             "bad limit": ('run_timeout = 30', 'run_timeout = 0', "limits.run_timeout"),
             "bad source": ('source = "host"', 'source = "guest"', "source"),
             "bad test name": ('name = "race"', 'name = "race # 1"', "tests[1].name"),

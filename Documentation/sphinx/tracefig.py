@@ -16,7 +16,8 @@ in microseconds. HTML builders only. A trace that cannot be drawn is a
 build error, not an empty figure.
 
 Options: :title: (the SVG's title), :width: (pixels, default 960),
-:doorbell: (the register offset drawn as the doorbell, default 0x1c),
+:doorbell: (the register offset drawn as the doorbell, default the card's
+MMIOSIM_RING_DOORBELL, read from include/linux/mmiosim_ring.h),
 :name: (a label for :ref:/:numref:).
 """
 
@@ -64,7 +65,7 @@ class TimelineDirective(Directive):
             svg = mmiosim_trace.render_svg(
                 trace, title=self.options.get("title", ""),
                 width=self.options.get("width", 960), ident=ident,
-                doorbell=self.options.get("doorbell", mmiosim_trace.DOORBELL))
+                doorbell=self.options.get("doorbell"))
         except mmiosim_trace.TraceError as e:
             raise self.error(f"mmiosim-timeline: {self.arguments[0]}: {e}")
 

@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, MmiolabError, initramfs, stages, timeline, vm
-from .lab import Lab, confinement, guest_programs, scratch_root
-from .labspec import LabSpec
+from .lab import confinement, guest_programs, scratch_root
+from .labspec import LabSpec, boot_words
 
 KEEP_SESSIONS = 20
 # The lab page's guest commands: lines of its literal blocks that start with
@@ -59,8 +59,12 @@ def fabric_words(spec: LabSpec, extra: str = "") -> list[str]:
             raise ExploreError(f"FABRIC: {word!r} is not a fabric parameter: write NAME=VALUE, "
                                "e.g. FABRIC='profile=pc' (the names are those of "
                                "/sys/kernel/debug/mmiosim/params)")
-        params[stages.KERNEL_NAMES.get(m.group(1), m.group(1))] = m.group(2)
-    return [f"mmiosim.{k}={v}" for k, v in params.items()]
+        if m.group(1) == "semantics":       # the kit's old word for it
+            raise ExploreError(f"FABRIC: semantics is called locking, as in "
+                               f"/sys/kernel/debug/mmiosim/params: write "
+                               f"FABRIC='locking={m.group(2)}'")
+        params[m.group(1)] = m.group(2)
+    return boot_words(params)
 
 
 # --- the driver, built and checked as the grader does it ----------------------
@@ -184,7 +188,7 @@ PROFILE = initramfs.PROFILE.replace("PATH=/bin:/sbin:/usr/bin", "PATH=/bin:/sbin
 
 def guest_files(spec: LabSpec, built: Built, cpus: int,
                 words: list[str]) -> dict[str, str | bytes]:
-    progs = guest_programs(Lab(spec.name, spec.module))
+    progs = guest_programs(spec)
     files: dict[str, str | bytes] = {f"/job/{spec.module}.ko": built.ko}
     for name, path in progs.items():
         files[f"/job/{name}"] = path

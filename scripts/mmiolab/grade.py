@@ -77,8 +77,7 @@ def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
     """Everything a result depends on; --resume re-grades when any of it differs."""
     return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
             "append": list(opts.append), "kit": kit_version(spec),
-            "submission": submission.fingerprint(path, spec.files,
-                                                 submission.IntakeLimits.from_lab(spec.limits))}
+            "submission": submission.fingerprint(path, spec.files, spec.limits.intake())}
 
 
 def entries_for(spec: LabSpec, paths: list[str]) -> list[tuple[str, str]]:

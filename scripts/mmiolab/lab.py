@@ -1,4 +1,5 @@
-"""Build a lab's driver and run the lab's guest tests on it.
+"""Build a lab's driver and run the lab's guest tests on it (the lab: a
+labspec.LabSpec, lab.toml's facts).
 
 One lab folder holds the starter (with the lab's Kbuild), the solutions, and
 tests/: the guest harness (harness.sh) and the guest test programs (*.c,
@@ -20,7 +21,6 @@ memory; Documentation/instructor/threat-model.rst says what that takes.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, MmiolabError, kernel, ktap, sandbox, vm
 from .initramfs import compile_programs
+from .labspec import LabSpec
 
-LABS = os.path.join(ROOT, "labs")
 END_LINE = "# mmiolab harness: end"
 
 
@@ -41,20 +41,6 @@ class BuildFailed(MmiolabError):
     def __init__(self, message: str, reason: str = "failed"):
         super().__init__(message)
         self.reason = reason          # failed | timeout | memory | flood | objdump
-
-
-@dataclass
-class Lab:
-    name: str
-    module: str = "ringdrv"
-
-    @property
-    def dir(self) -> str:
-        return os.path.join(LABS, self.name)
-
-    @property
-    def out(self) -> str:
-        return os.path.join(BUILD, "labs", self.name)
 
 
 @dataclass
@@ -74,10 +60,6 @@ class Run:
     nonce: str
     result: vm.RunResult
     append: list[str] = field(default_factory=list)
-
-
-BUILD_LIMITS = sandbox.Limits(timeout=120, cpu_seconds=120, memory=1 << 30, processes=64,
-                              file_bytes=64 << 20, output_cap=1 << 20)
 
 
 def kernel_tree() -> list[str]:
@@ -167,11 +149,12 @@ def build_text(text: str, folder: str = "", source: str = "", named: str = "") -
     return text
 
 
-def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
-                 confined: bool = True, named: str = "") -> Build:
+def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool = True,
+                 named: str = "") -> Build:
     """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
-    (sandbox.py); the .ko, build.log and objdump.txt land in workdir. The log names
-    the source `named` (its file name as the student gave it) if that is given."""
+    (sandbox.py) within the lab's limits (Limits.build); the .ko, build.log and
+    objdump.txt land in workdir. The log names the source `named` (its file name as
+    the student gave it) if that is given."""
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     box = new_scratch("build")
@@ -186,7 +169,7 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
         shutil.copy(source, os.path.join(src, f"{lab.module}.c"))
         sandbox.prepare(src)
         where = sandbox.INSIDE if confined else src
-        limits = dataclasses.replace(BUILD_LIMITS, timeout=timeout, cpu_seconds=int(timeout))
+        limits = lab.limits.build()
         cc = kernel.module_compiler()
         res = sandbox.run(["make", "-C", os.path.realpath(kernel.OBJ), f"M={where}", "W=1",
                            f"CC={cc.cc}", "modules"], src, kernel_tree(),
@@ -196,7 +179,7 @@ def build_driver(lab: Lab, source: str, workdir: str, timeout: float = 120,
         with open(os.path.join(workdir, "build.log"), "w") as f:
             f.write(log)
         if res.status == "timeout":
-            raise BuildFailed(f"the build did not finish in {timeout:.0f}s", "timeout")
+            raise BuildFailed(f"the build did not finish in {limits.timeout:.0f}s", "timeout")
         if res.status == "flood":
             raise BuildFailed(f"the build printed more than {limits.output_cap} bytes; "
                               f"the first lines:\n" + "\n".join(log.splitlines()[:30]), "flood")
@@ -255,8 +238,7 @@ def disassemble(ko: str, confined: bool = True) -> str:
         shutil.copy(ko, os.path.join(src, "module.ko"))
         sandbox.prepare(src)
         where = sandbox.INSIDE if confined else src
-        limits = dataclasses.replace(BUILD_LIMITS, timeout=60, cpu_seconds=60,
-                                     output_cap=64 << 20)
+        limits = sandbox.Limits(timeout=60, cpu_seconds=60, output_cap=64 << 20)
         res = sandbox.run(["objdump", "-d", "-r", "-w", "--no-show-raw-insn",
                            f"{where}/module.ko"], src, [], os.path.join(box, "objdump.txt"),
                           limits, confined=confined, hide=_hidden())
@@ -268,21 +250,21 @@ def disassemble(ko: str, confined: bool = True) -> str:
         shutil.rmtree(box, ignore_errors=True)
 
 
-def guest_programs(lab: Lab) -> dict[str, str]:
+def guest_programs(lab: LabSpec) -> dict[str, str]:
     """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
     headers = [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
     return compile_programs(os.path.join(lab.dir, "tests"), os.path.join(lab.out, "bin"),
                             ["-pthread", f"-I{lab.dir}"], headers)
 
 
-def run_tests(lab: Lab, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
+def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
               append: list[str] | None = None, timeout: float = 90,
               console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
               smp: int | None = None) -> Run:
     """Boot a guest and run the lab's harness (or another: the hidden tests')
     on the driver, once per seed."""
     nonce = ktap.make_nonce()
-    harness = harness or os.path.join(lab.dir, "tests", "harness.sh")
+    harness = harness or lab.harness
     files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
                                      "/job/harness.sh": harness,
                                      "/job/nonce": f"{nonce}\n".encode()}

@@ -30,10 +30,19 @@ Schema (``schema = 1``)::
     max_members     = 500                 # entries of an archive submission
     max_total_bytes = 33554432            # declared bytes of all archive members
 
-    [fabric]                              # the run's fabric, recorded in every report
+    [fabric]                              # the run's fabric, recorded in every report,
+                                          # in the kernel's names (mmiosim.NAME=VALUE)
     profile   = "sn2"                     # qemu | pc | sn2
-    semantics = "2004"                    # 2004 | 5.2
+    locking   = "2004"                    # 2004 | 5.2
     # any further key = number/string/bool: a boot parameter of the fabric
+
+    [phrases]                             # optional: the harness's key=value measurements
+    lost = "{} commands lost"             # in words, in this order, for a failing test
+                                          # ("{}" is the value; only the keys the lab prints)
+
+    [[labstats]]                          # optional: a labstats row under another fabric
+    variant = "starter"                   # starter | solution:NAME | correct:NAME | fixture:NAME
+    fabric  = { profile = "pc" }          # the lab's [fabric] with these on top
 
     [[tests]]                             # in report order
     name        = "race"                  # KTAP test name: [a-z][a-z0-9_]*
@@ -69,14 +78,14 @@ except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, p
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import ROOT, MmiolabError
+from . import BUILD, ROOT, MmiolabError, sandbox, submission
 
 LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SOURCES = ("ktap", "host", "hidden")
 PROFILES = ("qemu", "pc", "sn2")
-SEMANTICS = ("2004", "5.2")
+LOCKINGS = ("2004", "5.2")
 BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
 
 _TEST_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -84,6 +93,7 @@ _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SYMBOL = re.compile(r"[A-Za-z_.][A-Za-z0-9_.*]*\Z")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 _LAB_NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
+_VARIANT = re.compile(r"starter\Z|(solution|correct|fixture):[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
 class LabSpecError(MmiolabError):
@@ -103,13 +113,40 @@ class GradedTest:
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds of one grading run; the intake caps guard the host itself."""
+    """Bounds of one grading run, lab.toml's [limits]: the one source of the
+    build's sandbox limits (build()) and the intake's caps (intake())."""
     build_timeout: float = 120.0
     run_timeout: float = 90.0
     console_cap: int = 1 << 20
     max_file_bytes: int = 1 << 20
     max_members: int = 500
     max_total_bytes: int = 32 << 20
+
+    def build(self) -> sandbox.Limits:
+        """The confined module build's limits: the sandbox's defaults, this lab's time."""
+        return sandbox.Limits(timeout=self.build_timeout, cpu_seconds=int(self.build_timeout))
+
+    def intake(self) -> submission.IntakeLimits:
+        """The caps intake applies to this lab's submissions."""
+        return submission.IntakeLimits(max_file_bytes=self.max_file_bytes,
+                                       max_members=self.max_members,
+                                       max_total_bytes=self.max_total_bytes)
+
+
+def boot_words(params: dict[str, Any]) -> list[str]:
+    """Kernel command-line words for fabric parameters (lab.toml's names are the kernel's)."""
+    return [f"mmiosim.{key}={val}" for key, val in params.items()]
+
+
+@dataclass(frozen=True)
+class StatsRow:
+    """A labstats row: one of the lab's variants under other fabric parameters."""
+    variant: str
+    fabric: dict[str, Any]
+
+    @property
+    def append(self) -> list[str]:
+        return boot_words(self.fabric)
 
 
 @dataclass(frozen=True)
@@ -132,10 +169,21 @@ class LabSpec:
     fix_functions: tuple[str, ...] = ()
     hidden_smp: int = 0             # vCPUs of the hidden tests' guest; 0: no hidden tests
     hidden_fabric: dict[str, Any] = field(default_factory=dict)   # lab.toml's, overridden
+    phrases: dict[str, str] = field(default_factory=dict)         # diagnostic key -> "{} words"
+    labstats: tuple[StatsRow, ...] = ()
 
     @property
     def dir(self) -> str:
         return os.path.dirname(os.path.abspath(self.path))
+
+    @property
+    def out(self) -> str:
+        """Where the kit keeps what it builds for the lab (build/labs/LAB)."""
+        return os.path.join(BUILD, "labs", self.name)
+
+    @property
+    def harness(self) -> str:
+        return os.path.join(self.dir, "tests", "harness.sh")
 
     @property
     def fixture_base_path(self) -> str:
@@ -266,7 +314,8 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     v = _Validator(path)
     v.keys(data, "", required={"schema", "name", "title", "module", "files", "symbols",
                                "default_seeds", "tests"},
-           optional={"limits", "fabric", "symbols_from", "fixture_base", "fix_functions"})
+           optional={"limits", "fabric", "symbols_from", "fixture_base", "fix_functions",
+                     "phrases", "labstats"})
     if data["schema"] != SCHEMA:
         v.fail("schema", f"this grader reads schema {SCHEMA}, got {data['schema']!r}")
     name = v.string(data, "name", _LAB_NAME, "a lab name ([a-z][a-z0-9_-]*)")
@@ -308,10 +357,13 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     limits = _limits(v, data.get("limits", {}))
     fabric = _fabric(v, data.get("fabric", {}))
     tests = _tests(v, data["tests"])
+    phrases = _phrases(v, data.get("phrases", {}))
+    rows = _labstats(v, data.get("labstats", []))
     return LabSpec(name=name, title=title, module=module, files=tuple(files),
                    symbols=frozenset(symbols), default_seeds=tuple(seeds), tests=tests,
                    limits=limits, fabric=fabric, path=path, fixture_base=fixture_base,
-                   symbols_from=other, fix_functions=tuple(fix_functions))
+                   symbols_from=other, fix_functions=tuple(fix_functions), phrases=phrases,
+                   labstats=rows)
 
 
 class _Validator:
@@ -368,22 +420,58 @@ def _limits(v: _Validator, table: Any) -> Limits:
     return Limits(**{k: (int(x) if k in ints else float(x)) for k, x in vals.items()})
 
 
-def _fabric(v: _Validator, table: Any) -> dict[str, Any]:
+def _fabric(v: _Validator, table: Any, where: str = "fabric") -> dict[str, Any]:
     if not isinstance(table, dict):
-        v.fail("fabric", "must be a table")
+        v.fail(where, "must be a table")
     out: dict[str, Any] = {}
     for k, val in table.items():
+        if k == "semantics":        # the kit's old word for it
+            v.fail(f"{where}.semantics", "is now called locking, the kernel's name "
+                                         f"(mmiosim.locking): write locking = {val!r}")
         if not _C_IDENT.match(k):
-            v.fail(f"fabric.{k}", "parameter names are C identifiers")
+            v.fail(f"{where}.{k}", "parameter names are C identifiers")
         if type(val) not in (str, int, float, bool):
-            v.fail(f"fabric.{k}", f"must be a string, number or boolean, got {val!r}")
+            v.fail(f"{where}.{k}", f"must be a string, number or boolean, got {val!r}")
         out[k] = val
     if "profile" in out and out["profile"] not in PROFILES:
-        v.fail("fabric.profile", f"must be one of {', '.join(PROFILES)}, got {out['profile']!r}")
-    if "semantics" in out and out["semantics"] not in SEMANTICS:
-        v.fail("fabric.semantics",
-               f"must be one of {', '.join(SEMANTICS)} (as a string), got {out['semantics']!r}")
+        v.fail(f"{where}.profile", f"must be one of {', '.join(PROFILES)}, got {out['profile']!r}")
+    if "locking" in out and out["locking"] not in LOCKINGS:
+        v.fail(f"{where}.locking",
+               f"must be one of {', '.join(LOCKINGS)} (as a string), got {out['locking']!r}")
     return out
+
+
+def _phrases(v: _Validator, table: Any) -> dict[str, str]:
+    """[phrases]: diagnostic key -> words with one "{}" for its value, in order."""
+    if not isinstance(table, dict):
+        v.fail("phrases", "must be a table")
+    for k, words in table.items():
+        if not _TEST_NAME.match(k):
+            v.fail(f"phrases.{k}", "keys are the harness's diagnostic names ([a-z][a-z0-9_]*)")
+        if (not isinstance(words, str) or words.count("{}") != 1
+                or words.count("{") != 1 or words.count("}") != 1):
+            v.fail(f"phrases.{k}", f'must be a string with one "{{}}" for the value, '
+                                   f"got {words!r}")
+    return dict(table)
+
+
+def _labstats(v: _Validator, rows: Any) -> tuple[StatsRow, ...]:
+    """[[labstats]]: a variant of the lab under other fabric parameters. Whether
+    the variant exists is not checked here: a handout's lab has no solutions/
+    (tests/test_labs.py checks the kit's)."""
+    if not isinstance(rows, list):
+        v.fail("labstats", "must be an array of tables ([[labstats]])")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"labstats[{i}]"
+        v.keys(row, where, required={"variant", "fabric"}, optional=set())
+        variant = v.string(row, "variant", _VARIANT,
+                           "starter, solution:NAME, correct:NAME or fixture:NAME", where)
+        fabric = _fabric(v, row["fabric"], f"{where}.fabric")
+        if not fabric:
+            v.fail(f"{where}.fabric", "is empty: the lab's own fabric has its rows already")
+        out.append(StatsRow(variant, fabric))
+    return tuple(out)
 
 
 def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...]:

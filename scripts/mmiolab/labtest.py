@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 
 from . import BUILD, ktap, stages, vm
-from .lab import END_LINE, Lab, build_driver, guest_programs
+from .lab import END_LINE, build_driver, guest_programs
 from .stages import fabric_append
 from .labspec import LabSpec
 
@@ -115,20 +115,19 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
     variant after it are run again alone, so one cannot spoil another's count.
     `timeout` is per variant (default: budget())."""
     timeout = timeout or budget(spec, seeds)
-    lab = Lab(spec.name, spec.module)
-    base = os.path.join(BUILD, "labtest", lab.name)
+    base = os.path.join(BUILD, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     out: dict[str, dict[str, Tally]] = {}
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         files: dict[str, str | bytes] = {
-            "/job/harness.sh": os.path.join(lab.dir, "tests", "harness.sh")}
-        for name, path in guest_programs(lab).items():
+            "/job/harness.sh": spec.harness}
+        for name, path in guest_programs(spec).items():
             files[f"/job/{name}"] = path
         nonces = []
         for i, variant in enumerate(names):
             work = os.path.join(tmp, f"v{i}")
             os.makedirs(work)
-            built = build_driver(lab, variant_source(spec, variant, work),
+            built = build_driver(spec, variant_source(spec, variant, work),
                                  os.path.join(work, "build"))
             nonces.append(ktap.make_nonce())
             files[f"/job/v/{i}.ko"] = built.ko
@@ -139,13 +138,13 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
         # it (a delay too long for the time limit) is stopped, and the seeds it
         # did not report count as failed, as the grader counts a run that hangs.
         command = (f"for i in $(seq 0 {len(names) - 1}); do "
-                   f"cp /job/v/$i.ko /job/{lab.module}.ko; cp /job/v/$i.nonce /job/nonce; "
+                   f"cp /job/v/$i.ko /job/{spec.module}.ko; cp /job/v/$i.nonce /job/nonce; "
                    f"SEEDS='{seed_list}' CMDS={int(cmds)} timeout -s KILL {int(timeout)} "
-                   f"sh /job/harness.sh; rmmod {lab.module} 2>/dev/null; "
+                   f"sh /job/harness.sh; rmmod {spec.module} 2>/dev/null; "
                    f"echo \"$(cat /job/v/$i.nonce) {END_LINE}\" > /dev/ttyS1; "
                    # A module that will not unload spoils what follows: stop, and
                    # the variants after it run again alone.
-                   f"if grep -q '^{lab.module} ' /proc/modules; then break; fi; done; "
+                   f"if grep -q '^{spec.module} ' /proc/modules; then break; fi; done; "
                    f"echo \"{batch} {END_LINE}\" > /dev/ttyS1")
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
@@ -170,12 +169,11 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
     guest under the lab's fabric (plus `append`); a Tally per per-seed test.
     hidden: the lab's hidden tests instead, in their own guest and fabric."""
     timeout = timeout or budget(spec, seeds)
-    lab = Lab(spec.name, spec.module)
-    base = os.path.join(BUILD, "labtest", lab.name)
+    base = os.path.join(BUILD, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         src = variant_source(spec, variant, tmp)
-        built = build_driver(lab, src, os.path.join(tmp, "build"))
+        built = build_driver(spec, src, os.path.join(tmp, "build"))
         # A plain folder name: QEMU's option syntax breaks paths with commas.
         name = variant + "-" + "-".join(append or ["default"]) + ("-hidden" if hidden else "")
         log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))

@@ -53,6 +53,8 @@ class SandboxError(MmiolabError):
 
 @dataclass(frozen=True)
 class Limits:
+    """One confined step's bounds. Its own type, not labspec.Limits: any step has
+    them (objdump's, the tests'); a lab sets only its build's (labspec.Limits.build)."""
     timeout: float = 120.0             # wall clock, seconds
     cpu_seconds: int = 120             # per process
     memory: int = 1 << 30              # address space per process, bytes

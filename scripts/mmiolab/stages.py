@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import guestout, ktap, objcheck, prairielearn, report, submission
-from .lab import BuildFailed, Lab, Run, build_driver, build_text, disassemble, run_tests
-from .labspec import GradedTest, LabSpec
+from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
+from .labspec import GradedTest, LabSpec, boot_words
 
 BUILD_FAILED = "build-failed"
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
@@ -122,8 +122,7 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     named = source_named or main
     build_dir = build_dir or os.path.join(work_dir, "build")
     try:
-        built = build_driver(Lab(spec.name, spec.module), intake.files()[main], build_dir,
-                             timeout=spec.limits.build_timeout, confined=confined,
+        built = build_driver(spec, intake.files()[main], build_dir, confined=confined,
                              named=named)
     except BuildFailed as e:
         log = _read(os.path.join(build_dir, "build.log"))
@@ -157,20 +156,15 @@ def _read(path: str) -> str:
 
 # ---------------------------------------------------------------------------- run
 
-# lab.toml's words for the fabric's parameters where the kernel's differ.
-KERNEL_NAMES = {"semantics": "locking"}
-
-
 def fabric_params(spec: LabSpec, hidden: bool = False) -> dict[str, str]:
     """The lab's fabric model (or the hidden tests': the lab's, with
-    hidden/hidden.toml's overrides) in the kernel's names and words."""
-    return {KERNEL_NAMES.get(key, key): f"{val}"
-            for key, val in (spec.hidden_fabric if hidden else spec.fabric).items()}
+    hidden/hidden.toml's overrides), as the kernel's parameters' values."""
+    return {key: f"{val}" for key, val in (spec.hidden_fabric if hidden else spec.fabric).items()}
 
 
 def fabric_append(spec: LabSpec, hidden: bool = False) -> list[str]:
     """Kernel command-line words for the lab's fabric model (fabric_params)."""
-    return [f"mmiosim.{key}={val}" for key, val in fabric_params(spec, hidden).items()]
+    return boot_words(fabric_params(spec, hidden))
 
 
 @dataclass(kw_only=True)
@@ -190,7 +184,7 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
     fabric) over the seeds, under the lab's fabric plus `append`. The time and
     console limits are the lab's unless given."""
     kw = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} if hidden else {}
-    return run_tests(Lab(spec.name, spec.module), ko, seeds, log_dir, cmds=cmds,
+    return run_tests(spec, ko, seeds, log_dir, cmds=cmds,
                      append=fabric_append(spec, hidden=hidden) + list(append),
                      timeout=spec.limits.run_timeout if timeout is None else timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
@@ -224,23 +218,9 @@ def status_word(status: ktap.Status) -> str:
             ktap.Status.ERROR: "error", ktap.Status.CRASHED: "crashed"}[status]
 
 
-# How the harness's measurements read in words (key=value diagnostics).
-_PHRASES = [
-    ("lost", "{} commands lost"),
-    ("duplicated", "{} commands executed twice"),
-    ("stale_commands", "{} stale commands executed"),
-    ("stale_doorbells", "{} stale doorbells seen by the device (the index moved backwards)"),
-    ("overtakes", "{} cross-CPU overtakes in the I/O fabric"),
-    # the posting lab's teardown test
-    ("late_irqs", "{} interrupt handler runs after the session was torn down"),
-    ("irqs_after_stop", "{} interrupts of the card delivered after STOP returned"),
-    ("bad", "{} completions that matched no command"),
-]
-
-
-def plain_words(test: ktap.Test) -> list[str]:
-    """One sentence per test case that did not pass: its measurements in words,
-    or why it never reported."""
+def plain_words(test: ktap.Test, phrases: dict[str, str]) -> list[str]:
+    """One sentence per test case that did not pass: its measurements in words
+    (phrases: the lab's, key -> "{} words"), or why it never reported."""
     out = []
     for t in test.walk():
         if t.status is ktap.Status.PASS or (t.subtests and t is not test):
@@ -249,7 +229,8 @@ def plain_words(test: ktap.Test) -> list[str]:
             out += [f"{t.name or 'the run'}: {e}" for e in t.errors]
             continue
         vals = t.values()
-        said = [p.format(vals[k]) for k, p in _PHRASES if vals.get(k, "0") not in ("0", "")]
+        said = [p.format(vals[k]) for k, p in phrases.items()
+                if vals.get(k, "0") not in ("0", "")]
         label = t.name or (f"test {t.number}" if t.number else "the test")
         if said:
             out.append(f"{label}: " + ", ".join(said))
@@ -269,8 +250,10 @@ NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmi
             "cost marks are only for a flush it can see; the instructor reads the code")
 
 
-def outcome_from_ktap(graded: GradedTest, test: ktap.Test) -> report.TestOutcome:
-    """Score one harness-reported test of a lab (graded: a labspec.GradedTest).
+def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
+                      phrases: dict[str, str]) -> report.TestOutcome:
+    """Score one harness-reported test of a lab (graded: a labspec.GradedTest;
+    phrases: the lab's words for its measurements, LabSpec.phrases).
 
     A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
     harness grades partially (the cost test: a read-back fix is correct but
@@ -295,7 +278,7 @@ def outcome_from_ktap(graded: GradedTest, test: ktap.Test) -> report.TestOutcome
         points = round(graded.points * frac, 2)
     body = [graded.description, "", f"result: {status}" + (
         f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
-    body += [f"why: {w}" for w in plain_words(test)]
+    body += [f"why: {w}" for w in plain_words(test, phrases)]
     if no_flush and test.status is ktap.Status.PASS:
         body.append(f"why: {NO_FLUSH}")
     detail = test.text().strip("\n")
@@ -325,9 +308,9 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, report.Tes
                                           f"{g.description}\n\nthe hidden tests did not run",
                                           g.visibility, g.description))
         elif g.source == "hidden":
-            out.append(outcome_from_ktap(g, found_hidden[g.name]))
+            out.append(outcome_from_ktap(g, found_hidden[g.name], spec.phrases))
         else:
-            out.append(outcome_from_ktap(g, found[g.name]))
+            out.append(outcome_from_ktap(g, found[g.name], spec.phrases))
     return out
 
 
@@ -354,16 +337,21 @@ def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
                               "passed" if ok else "failed", output, g.visibility, g.description)
 
 
+# Of the fabric's params line (its debugfs params file, which the harness
+# prints), what a replay records besides profile and locking: the kernel's
+# names, the same for every lab (the seed is recorded apart).
+REPLAY_PARAMS = ("route_ns", "jitter_ns", "bridge_ns", "read_ns", "stall_ns", "stall_ppm")
+
+
 def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
            info: str) -> report.Replay:
     """How to run it again: the seeds, the fabric the harness said it ran
     (its '# mmiolab harness:' line, `info`), the seeds that passed."""
     params = dict(kv.split("=", 1) for kv in info.split() if "=" in kv)
+    # The report's field is still called semantics (results.json, the gradebook).
     rep = report.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
-                        semantics=params.pop("locking", str(spec.fabric.get("semantics", ""))),
-                        params={k: v for k, v in params.items()
-                                if k in ("route_ns", "jitter_ns", "bridge_ns", "read_ns",
-                                         "stall_ns", "stall_ppm")})
+                        semantics=params.pop("locking", str(spec.fabric.get("locking", ""))),
+                        params={k: v for k, v in params.items() if k in REPLAY_PARAMS})
     # Seeds that passed every per-seed test; the first seed any of them failed.
     per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
     per_seed = [t for t in per_seed if t is not None and t.subtests]

@@ -103,18 +103,15 @@ class _Refused(Exception):
 
 @dataclass(frozen=True)
 class IntakeLimits:
-    """Caps that keep a hostile submission from costing the host memory, disk or time."""
+    """Caps that keep a hostile submission from costing the host memory, disk or time.
+    Its own type, not labspec.Limits: intake also runs with no lab (the class
+    roster, a bounded child), and two caps are the kit's, not a lab's; a lab's
+    come from its [limits] (labspec.Limits.intake)."""
     max_file_bytes: int = 1 << 20
     max_members: int = 500
     max_total_bytes: int = 32 << 20      # declared bytes of all archive members
     max_archive_bytes: int = 64 << 20    # the archive file itself
     max_depth: int = 16                  # folder nesting of a directory submission
-
-    @classmethod
-    def from_lab(cls, limits: Any) -> "IntakeLimits":
-        """From a labspec.Limits (duck-typed, so this module does not need labspec)."""
-        return cls(max_file_bytes=limits.max_file_bytes, max_members=limits.max_members,
-                   max_total_bytes=limits.max_total_bytes)
 
 
 DEFAULT_LIMITS = IntakeLimits()
@@ -883,7 +880,7 @@ def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
     """intake() with a labspec.LabSpec's allowed files and caps (bounded: in a child
     process with a time and memory limit, as the grader does it)."""
     run = intake_bounded if bounded else intake
-    return run(path, spec.files, scratch, IntakeLimits.from_lab(spec.limits), shown=shown)
+    return run(path, spec.files, scratch, spec.limits.intake(), shown=shown)
 
 
 # ---------------------------------------------------------------------------- bounded

@@ -28,7 +28,8 @@ Two of the kernel's own events complete the picture of an interrupt that
 comes too late: ``irq:irq_handler_entry`` (``irq=25 name=postdrv``: a
 handler starts, on the CPU of the line) and ``raw_syscalls:sys_exit``
 (``NR 16 = 0``: a task's system call returns to user space). Other events
-are ignored.
+are ignored. The card's register names (labels, the doorbell, INT_ENABLE)
+are read from the kernel's include/linux/mmiosim_ring.h (ring()).
 
 A recorded file may start with "# key: value" header lines (written by the
 guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
@@ -42,7 +43,9 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import html
+import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
@@ -64,12 +67,9 @@ ENTRIES_RE = re.compile(r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)"
 LOST_RE = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]")
 SYS_EXIT_RE = re.compile(r"NR (-?\d+) = (-?\d+)")
 
-# The ring card's registers (include/linux/mmiosim_ring.h), for labels.
-RING_REGS = {0x00: "ID", 0x04: "CTRL", 0x08: "DESC_LO", 0x0c: "DESC_HI", 0x10: "CMPL_LO",
-             0x14: "CMPL_HI", 0x18: "SIZE", 0x1c: "DOORBELL", 0x20: "CONSUMER",
-             0x24: "INT_ENABLE", 0x28: "INT_STATUS", 0x2c: "INT_ACK", 0x30: "SCRATCH"}
-DOORBELL = 0x1c
-INT_ENABLE = 0x24
+# The ring card's register map is the kernel header's, read at run time (ring()).
+RING_HEADER = os.path.join("include", "linux", "mmiosim_ring.h")
+_DEFINE = re.compile(r"^#define[ \t]+MMIOSIM_RING_([A-Z0-9_]+)[ \t]+(0x[0-9a-fA-F]+|[0-9]+)\b")
 # x86_64 system call numbers worth a name on the picture.
 SYSCALLS = {0: "read", 1: "write", 16: "ioctl"}
 EVENTS = ("mmiosim_post", "mmiosim_drain", "mmiosim_arrive", "mmiosim_read", "mmiosim_mmiowb",
@@ -78,6 +78,96 @@ EVENTS = ("mmiosim_post", "mmiosim_drain", "mmiosim_arrive", "mmiosim_read", "mm
 
 class TraceError(MmiolabError, ValueError):
     """The trace cannot be drawn; the message says why."""
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The ring card's registers: offset -> name (without MMIOSIM_RING_)."""
+    regs: dict
+
+    def offset(self, name: str) -> int:
+        return next(off for off, n in self.regs.items() if n == name)
+
+    @property
+    def doorbell(self) -> int:
+        return self.offset("DOORBELL")
+
+    @property
+    def int_enable(self) -> int:
+        return self.offset("INT_ENABLE")
+
+    def name(self, off: int) -> str:
+        return self.regs.get(off, hex(off))
+
+
+def parse_ring_header(text: str, where: str = RING_HEADER) -> Ring:
+    """The registers of mmiosim_ring.h: its MMIOSIM_RING_* defines whose value is
+    written as two hex digits, is 4-byte aligned and lies inside MMIOSIM_RING_WINDOW
+    (the flags, the ID value and the ring size are none of these)."""
+    defs = {}
+    for line in text.splitlines():
+        m = _DEFINE.match(line)
+        if m:
+            defs[m.group(1)] = m.group(2)
+    window = int(defs.get("WINDOW", "0"), 0)
+    regs = {int(v, 16): name for name, v in defs.items()
+            if re.fullmatch(r"0x[0-9a-fA-F]{2}", v) and int(v, 16) % 4 == 0
+            and int(v, 16) < window}
+    missing = [n for n in ("DOORBELL", "INT_ENABLE") if n not in regs.values()]
+    if not window or missing:
+        raise TraceError(f"{where} is not the ring card's register map (no "
+                         + ", ".join(["MMIOSIM_RING_WINDOW"] * (not window)
+                                     + [f"MMIOSIM_RING_{n}" for n in missing]) + ")")
+    return Ring(regs)
+
+
+def _header_from_series(patches: str) -> str:
+    """mmiosim_ring.h's #define lines as the patch series leaves them (its
+    series file's order; a '-' line drops a define, a '+' line adds one)."""
+    try:
+        with open(os.path.join(patches, "series"), encoding="utf-8") as f:
+            names = [ln.split()[0] for ln in f if ln.strip() and not ln.startswith("#")]
+    except OSError:
+        return ""
+    target = "+++ b/" + RING_HEADER.replace(os.sep, "/")
+    defines: dict[str, str] = {}
+    for name in names:
+        try:
+            with open(os.path.join(patches, name), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        inside = False
+        for line in lines:
+            if line.startswith("diff --git") or line.startswith("+++ "):
+                inside = line == target
+            elif inside and line[:1] in "+-" and not line.startswith("--- "):
+                m = _DEFINE.match(line[1:])
+                if m and line[0] == "+":
+                    defines[m.group(1)] = line[1:]
+                elif m:
+                    defines.pop(m.group(1), None)
+    return "\n".join(defines.values())
+
+
+@functools.lru_cache(maxsize=None)
+def ring() -> Ring:
+    """The ring card's registers, from include/linux/mmiosim_ring.h of the lab
+    kernel tree (a handout's prebuilt one too), else from the patch series that
+    adds it; a TraceError says where it looked."""
+    from . import kernel
+    path = os.path.join(kernel.SRC, RING_HEADER)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_ring_header(f.read(), path)
+    except OSError:
+        pass
+    text = _header_from_series(kernel.PATCHES)
+    if not text:
+        raise TraceError(f"the ring card's register names are read from {RING_HEADER}, "
+                         f"which is neither in the lab kernel tree ({kernel.SRC}) nor added "
+                         f"by the patch series ({kernel.PATCHES}): run 'make kernel'")
+    return parse_ring_header(text, f"{RING_HEADER} of {kernel.PATCHES}")
 
 
 @dataclass
@@ -115,7 +205,7 @@ class Write:
 
     @property
     def reg(self) -> str:
-        return RING_REGS.get(self.off, hex(self.off))
+        return ring().name(self.off)
 
 
 @dataclass
@@ -303,7 +393,7 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
                 cost = _num(f["cost"])
                 off = _num(f["off"])
                 spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
-                                  f"readl({RING_REGS.get(off, hex(off))}) took {cost} ns",
+                                  f"readl({ring().name(off)}) took {cost} ns",
                                   ev.lineno))
             elif ev.name == "irq_handler_entry":
                 irqs.append(Irq(ev.cpu, ev.ts_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
@@ -314,7 +404,7 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
             raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
     # A doorbell is stale when it arrives after a doorbell posted later.
     newest = {}
-    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == DOORBELL),
+    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring().doorbell),
                     key=lambda w: (w.arrive, w.lines[-1])):
         if w.win in newest and w.seq < newest[w.win]:
             w.stale = True
@@ -338,7 +428,7 @@ def _mark_late(tr: Trace) -> None:
     irq = tr.card_irq
     if not tr.returns:
         return
-    enables = sorted((w for w in tr.writes.values() if w.off == INT_ENABLE and w.lines),
+    enables = sorted((w for w in tr.writes.values() if w.off == ring().int_enable and w.lines),
                      key=lambda w: min(w.lines))
     for i, d in enumerate(enables):
         if d.val != 0 or d.pid < 0:
@@ -357,11 +447,13 @@ def _mark_late(tr: Trace) -> None:
 # --- what a run shows --------------------------------------------------------
 
 
-def first_reordering(tr: Trace, off: int = DOORBELL):
-    """The first doorbell that arrived stale, and the later-posted one it arrived after.
+def first_reordering(tr: Trace, off: int | None = None):
+    """The first doorbell (off: by default the card's) that arrived stale, and the
+    later-posted one it arrived after.
 
     Returns (old, new) Writes, or None when no doorbell arrived out of order.
     """
+    off = ring().doorbell if off is None else off
     arrived = sorted((w for w in tr.writes.values() if w.arrive is not None and w.off == off),
                      key=lambda w: (w.arrive, w.lines[-1]))
     seen: dict[int, list[int]] = {}         # window -> seqs arrived so far, sorted
@@ -393,7 +485,7 @@ def first_early_return(tr: Trace):
                  and (r.disabled.arrive is None or r.disabled.arrive > r.ts)), None)
 
 
-def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
+def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None):
     """A lock hand-over: a doorbell, then the next doorbell, from another CPU.
 
     Among such pairs, picks one where the first CPU's barrier (barrier:
@@ -403,6 +495,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
     way to the device when mmiowb() returned (ordering without arrival).
     Returns (first, second) Writes, or None.
     """
+    off = ring().doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     ends: dict[int, list[int]] = {}         # CPU -> end times of its barriers, sorted
@@ -428,8 +521,9 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int = DOORBELL):
     return (best[1], best[2]) if best else None
 
 
-def last_crossing(tr: Trace, off: int = DOORBELL):
+def last_crossing(tr: Trace, off: int | None = None):
     """The last two consecutive doorbells posted from different CPUs, or None."""
+    off = ring().doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     pairs = [(a, b) for a, b in zip(dbs, dbs[1:]) if a.cpu != b.cpu and a.win == b.win]
@@ -546,7 +640,8 @@ def find(tr: Trace) -> Finding | None:
 
 def _with_doorbell_before(tr: Trace, w: Write) -> list:
     """w and the last doorbell posted before it (the commands still in flight)."""
-    before = [o for o in tr.writes.values() if o.off == DOORBELL and o.seq < w.seq and o.lines]
+    db = ring().doorbell
+    before = [o for o in tr.writes.values() if o.off == db and o.seq < w.seq and o.lines]
     return [max(before, key=lambda o: o.seq), w] if before else [w]
 
 
@@ -614,7 +709,7 @@ class Drawing:
 
 
 def summarize(tr: Trace) -> str:
-    dbs = [w for w in tr.writes.values() if w.off == DOORBELL]
+    dbs = [w for w in tr.writes.values() if w.off == ring().doorbell]
     card = [q for q in tr.irqs if q.irq == tr.card_irq]
     parts = [f"{len(tr.writes)} writes ({len(dbs)} doorbells)",
              f"{sum(w.stale for w in dbs)} stale doorbells",
@@ -745,9 +840,11 @@ def _rows(intervals):
 
 
 def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
-               doorbell: int = DOORBELL) -> str:
-    """An SVG timeline of the trace's complete writes, reads and mmiowb() waits,
-    built as an ElementTree (which escapes every text and attribute)."""
+               doorbell: int | None = None) -> str:
+    """An SVG timeline of the trace's complete writes, reads and mmiowb() waits
+    (doorbell: the register drawn as the doorbell, by default the card's), built
+    as an ElementTree (which escapes every text and attribute)."""
+    doorbell = ring().doorbell if doorbell is None else doorbell
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     if len(writes) < 1:
         raise TraceError("no write has a post, a drain and an arrival in this trace")
@@ -924,7 +1021,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         qy = top + 26 + q_rows[w.seq] * row_h
         by = b_top + 20 + b_rows[w.seq] * row_h
         xp, xd, xa = x(w.post), x(w.drain), x(w.arrive)
-        reg = RING_REGS.get(w.off, hex(w.off))
+        reg = ring().name(w.off)
         classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
             (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "")
         late = w.post_ts - w.post > 1000
