@@ -156,6 +156,8 @@ class Lines:
         self.crashed: set[str] = set()
         self.running: dict[str, float] = {}
         self.took: dict[str, float] = {}
+        self.seconds: list[tuple[float, str]] = []
+        self.slowest = config.getoption("durations")
         self.t0 = self.quiet_since = time.monotonic()
         # Module times are kept from runs of whole modules only.
         self.whole = not (config.getoption("only") or config.getoption("keyword")
@@ -191,6 +193,7 @@ class Lines:
             if word == "FAIL":
                 self.failed.append(tid)
             text += f"{word:4} {tid} ({seconds:.1f}s)\n"
+            self.seconds.append((seconds, tid))
         if detail:
             text += detail.rstrip("\n") + "\n"
         self._say(text)
@@ -257,6 +260,9 @@ class Lines:
             save_durations(self.took)
         passed, failed, skipped = self.counts["ok"], self.counts["FAIL"], self.counts["skip"]
         text = "\nfailed:\n  " + "\n  ".join(self.failed) + "\n" if self.failed else ""
+        if self.slowest is not None:            # pytest's --durations=N (0: all)
+            ranked = sorted(self.seconds, reverse=True)[:self.slowest or None]
+            text += "\nslowest:\n" + "".join(f"  {s:7.1f}s {tid}\n" for s, tid in ranked)
         text += f"\nsuite took {time.monotonic() - self.t0:.0f}s\n"
         text += f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
         self._say(text + "\n")
