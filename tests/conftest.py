@@ -28,6 +28,9 @@ sys.path.insert(0, HERE)
 
 from mmiolab import BUILD  # noqa: E402
 
+# Tests make their folders under build/, which a fresh clone does not have yet.
+os.makedirs(BUILD, exist_ok=True)
+
 DURATIONS = os.path.join(BUILD, "tests", "durations.json")
 QUIET_TICK = 30.0
 # With one of these pytest reports as it always does (its options need its reporter).
