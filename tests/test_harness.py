@@ -11,12 +11,13 @@ and busybox's ash descends from dash.
 
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
 import unittest
 
-from mmiolab import ROOT, initramfs, ktap
+from mmiolab import ROOT, initramfs, ktap, labtest
 from mmiolab.lab import END_LINE
 from mmiolab.labspec import lab_names, load_lab
 
@@ -240,6 +241,33 @@ class ProtocolTest(unittest.TestCase):
                             self.assertEqual(got[t.name].status, ktap.Status.FAIL, channel)
                     if "fail-insmod" in flags:
                         self.assertIn("Invalid parameters", channel, "insmod's error is shown")
+
+    def test_labstats_batch_ends_every_variant_even_one_killed(self):
+        spec = load_lab("doorbell")
+        g = FakeGuest(spec.module, ["ringtest"], ("hang",))
+        self.addCleanup(g.close)
+        nonces = [secrets.token_hex(16) for _ in range(3)]
+        for i, n in enumerate(nonces[:2]):
+            g.write(f"job/v/{i}.nonce", n + "\n")
+            g.write(f"job/v/{i}.ko", "")
+        g.write("job/v/batch.nonce", nonces[2] + "\n")
+        with open(os.path.join(spec.dir, "tests", "harness.sh")) as f:
+            g.write("job/harness.sh", moved(f.read(), g.root), 0o755)
+        # Variant 0 hangs in its first test program and is killed; variant 1 runs.
+        g.write("bin/timeout", '#!/bin/sh\n[ -e "$T/hang" ] || exec /usr/bin/timeout "$@"\n'
+                'shift 3; /usr/bin/timeout -s KILL 2 "$@"; rc=$?; rm "$T/hang"; exit $rc\n',
+                0o755)
+        g.run(labtest.batch_command(spec.module, 2, [3, 5], 100, 60), {})
+        channel = g.read("channel").splitlines()
+        for line in channel:
+            self.assertTrue(line.split(" ", 1)[0] in nonces, f"untagged: {line!r}")
+        ends = [line.split(" ", 1)[0] for line in channel if line.endswith(END_LINE)]
+        self.assertEqual(ends[0], nonces[0], "the killed variant's end line")
+        self.assertEqual(ends[-1], nonces[2], "the batch's end line, last")
+        v1 = "\n".join(line for line in channel if line.startswith(nonces[1]))
+        got = ktap.expect(ktap.parse(v1, nonce=nonces[1]), [t.name for t in spec.ktap_tests])
+        self.assertTrue(all(t.status == ktap.Status.PASS for t in got.values()), v1)
+        self.assertNotIn(nonces[0], g.read("seen"))
 
 
 if __name__ == "__main__":
