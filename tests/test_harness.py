@@ -9,6 +9,7 @@ under dash: busybox sh would run its own insmod and rmmod, not the fakes,
 and busybox's ash descends from dash.
 """
 
+import glob
 import os
 import re
 import secrets
@@ -178,6 +179,11 @@ class LibraryTest(unittest.TestCase):
                 self.assertNotEqual(initramfs.inputs_digest(), before)
             finally:
                 initramfs.VM_DIR, initramfs.GUEST_SRC = saved
+
+    def test_a_grade_depends_on_the_library(self):
+        """--resume grades again when the library changes (grade.kit_version)."""
+        from mmiolab.grade import KIT_FILES
+        self.assertIn(LIB, [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))])
 
     def test_shellcheck(self):
         self.assertTrue(shutil.which("shellcheck"), "shellcheck missing: run make deps")

@@ -43,7 +43,7 @@ class GradeOptions:
 # What the outcome of grading depends on, besides the submission and the options:
 # the grader (scripts/grade and the mmiolab modules it has loaded), the guest, the
 # lab's tests, the kernel.
-KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/guest/*.c"]
+KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/guest/*.c"]
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
