@@ -429,6 +429,28 @@ class ClassDirTest(unittest.TestCase):
         with self.assertRaises(sub.SubmissionError):
             sub.expand_class("/nonexistent/class")
 
+    def test_one_roster_rule_for_a_class_folder_and_a_single_submission(self):
+        """grade.entries_for tells a class folder, and names a submission given
+        alone, by the rule scan_class follows (is_student, student_stem)."""
+        from mmiolab import grade
+        spec = labspec.load_lab("doorbell")
+        with tempfile.TemporaryDirectory() as d:
+            klass = os.path.join(d, "class")
+            os.makedirs(klass)
+            make_tar(os.path.join(klass, "alice.tar.xz"), [reg("ringdrv.c")], mode="w:xz")
+            open(os.path.join(klass, "notes.txt"), "w").close()
+            os.makedirs(os.path.join(klass, ".git"))
+            single = os.path.join(d, "BOB.ZIP")
+            make_zip(single, [("ringdrv.c", SRC)])
+            self.assertEqual([sid for sid, _ in grade.entries_for(spec, [klass, single])],
+                             ["alice", "BOB"])
+            # Hidden entries make no class: carol/ is one (incomplete) submission.
+            carol = os.path.join(d, "carol")
+            os.makedirs(os.path.join(carol, ".git"))
+            self.assertEqual(grade.entries_for(spec, [carol]), [("carol", carol)])
+        with open(grade.__file__) as f:
+            self.assertNotIn('".tgz"', f.read(), "grade.py has a suffix list of its own")
+
     def test_safe_id(self):
         self.assertEqual(sub.safe_id("../../etc"), "_.._etc")
         self.assertEqual(sub.safe_id(".hidden"), "hidden")

@@ -86,6 +86,8 @@ BUILD_FILES = frozenset({"Makefile", "makefile", "GNUmakefile", "Kbuild", "Kconf
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar")
 ZIP_SUFFIXES = (".zip",)
 SOURCE_SUFFIXES = (".c",)
+#: A class folder's child named so is one student's submission (is_student).
+STUDENT_SUFFIXES = TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES
 
 
 class SubmissionError(MmiolabError):
@@ -822,9 +824,19 @@ class ClassScan:
     skipped: list[Ignored]
 
 
-def _student_stem(name: str) -> str:
+def is_student(name: str, st: os.stat_result) -> bool:
+    """The roster rule: whether a class folder's child (its name, its lstat) is
+    one student's submission: a folder, a link (intake refuses it by name:
+    nothing lost) or, by its name, an archive or a .c file; never a hidden entry."""
+    return not name.startswith(".") and (
+        stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
+        or name.lower().endswith(STUDENT_SUFFIXES))
+
+
+def student_stem(name: str) -> str:
+    """A submission's name without its archive or .c suffix (alice.tar.gz: alice)."""
     lower = name.lower()
-    for suf in TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES:
+    for suf in STUDENT_SUFFIXES:
         if lower.endswith(suf) and len(name) > len(suf):
             return name[:-len(suf)]
     return name
@@ -853,15 +865,12 @@ def scan_class(class_dir: str) -> ClassScan:
         if name.startswith("."):
             skipped.append(Ignored(printable(name), HIDDEN, "hidden entry"))
             continue
-        st = os.lstat(full)
-        lower = name.lower()
-        if (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
-                or lower.endswith(TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES)):
+        if is_student(name, os.lstat(full)):
             picked.append((name, full))
         else:
             skipped.append(Ignored(printable(name), NOT_ALLOWED,
                                    "not a folder, archive or .c file"))
-    stems = [safe_id(_student_stem(n)) for n, _ in picked]
+    stems = [safe_id(student_stem(n)) for n, _ in picked]
     ids: list[str] = []
     for (name, _), stem in zip(picked, stems):
         ids.append(safe_id(name) if stems.count(stem) > 1 else stem)
