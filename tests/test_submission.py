@@ -458,6 +458,32 @@ class ClassDirTest(unittest.TestCase):
         self.assertEqual(sub.safe_id("a b/c"), "a_b_c")
 
 
+class ReadRegularTest(unittest.TestCase):
+    def test_a_regular_file_only_never_through_a_link_and_capped(self):
+        from mmiolab.lab import _copy_regular
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "f")
+            with open(p, "wb") as f:
+                f.write(b"12345")
+            self.assertEqual(sub.read_regular(p, 5), b"12345")
+            self.assertIsNone(sub.read_regular(p, 4))
+            os.symlink(p, os.path.join(d, "link"))
+            os.mkfifo(os.path.join(d, "fifo"))
+            for other in ("link", "fifo", "."):        # (a fifo does not block it)
+                with self.subTest(other), self.assertRaises(OSError):
+                    sub.read_regular(os.path.join(d, other), 10)
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.assertEqual(sub.read_regular("f", 5, dir_fd=fd), b"12345")
+            finally:
+                os.close(fd)
+            # The built module is copied out of the sandbox the same way.
+            self.assertTrue(_copy_regular(p, os.path.join(d, "copy")))
+            self.assertFalse(_copy_regular(os.path.join(d, "link"), os.path.join(d, "c2")))
+            self.assertFalse(_copy_regular(p, os.path.join(d, "c3"), cap=4))
+            self.assertEqual(sorted(os.listdir(d)), ["copy", "f", "fifo", "link"])
+
+
 # ---------------------------------------------------------------------------- labspec
 
 GOOD_TOML = textwrap.dedent("""\

@@ -26,12 +26,12 @@ import dataclasses
 import os
 import re
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, MmiolabError, kernel, ktap, sandbox, vm
 from .initramfs import compile_programs
+from .submission import read_regular
 
 LABS = os.path.join(ROOT, "labs")
 END_LINE = "# mmiolab harness: end"
@@ -230,16 +230,12 @@ def _hidden() -> list[str]:
 
 
 def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
-    """Copy a file the sandbox wrote, refusing links and special files."""
+    """Copy a file the sandbox wrote, refusing links, special files and more than cap bytes."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(src, cap)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return False
-        data = f.read(cap + 1)
-    if len(data) > cap:
+    if data is None:
         return False
     with open(dest, "wb") as out:
         out.write(data)
