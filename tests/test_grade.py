@@ -335,8 +335,8 @@ class GradescopeTest(unittest.TestCase):
             self.assertIn(f"prebuilt/kernel/obj/{need}", self.members)
         self.assertIn("prebuilt/initramfs/base.cpio.gz", self.members)
         for need in ("scripts/grade", "scripts/deps", "scripts/mmiolab/sandbox.py", "Makefile",
-                     "patches/series", "vm/kernel.config", "vm/init", "labs/lab.mk",
-                     "labs/doorbell/lab.toml", "labs/doorbell/ringdrv_ioctl.h",
+                     "patches/series", "vm/kernel.config", "vm/init", "vm/harness-lib.sh",
+                     "labs/lab.mk", "labs/doorbell/lab.toml", "labs/doorbell/ringdrv_ioctl.h",
                      "labs/doorbell/starter/Kbuild", "labs/doorbell/tests/harness.sh",
                      "labs/doorbell/tests/ringtest.c"):
             self.assertIn(need, self.members)

@@ -57,6 +57,7 @@ class HandoutTest(unittest.TestCase):
             top = f"mmiolab-{name}/"
             files = self.tars[name]
             for need in ("HANDOUT.md", "Makefile", "README.md", "scripts/grade", "vm/kernel.config",
+                         "vm/harness-lib.sh",
                          "patches/series", "labs/lab.mk", f"labs/{name}/Makefile",
                          f"labs/{name}/README.rst", f"labs/{name}/lab.toml",
                          f"labs/{name}/starter/{spec.files[0]}", f"labs/{name}/tests/harness.sh",

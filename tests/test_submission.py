@@ -437,11 +437,59 @@ class ClassDirTest(unittest.TestCase):
         with self.assertRaises(sub.SubmissionError):
             sub.expand_class("/nonexistent/class")
 
+    def test_one_roster_rule_for_a_class_folder_and_a_single_submission(self):
+        """grade.entries_for tells a class folder, and names a submission given
+        alone, by the rule scan_class follows (is_student, student_stem)."""
+        from mmiolab import grade
+        spec = labspec.load_lab("doorbell")
+        with tempfile.TemporaryDirectory() as d:
+            klass = os.path.join(d, "class")
+            os.makedirs(klass)
+            make_tar(os.path.join(klass, "alice.tar.xz"), [reg("ringdrv.c")], mode="w:xz")
+            open(os.path.join(klass, "notes.txt"), "w").close()
+            os.makedirs(os.path.join(klass, ".git"))
+            single = os.path.join(d, "BOB.ZIP")
+            make_zip(single, [("ringdrv.c", SRC)])
+            self.assertEqual([sid for sid, _ in grade.entries_for(spec, [klass, single])],
+                             ["alice", "BOB"])
+            # Hidden entries make no class: carol/ is one (incomplete) submission.
+            carol = os.path.join(d, "carol")
+            os.makedirs(os.path.join(carol, ".git"))
+            self.assertEqual(grade.entries_for(spec, [carol]), [("carol", carol)])
+        with open(grade.__file__) as f:
+            self.assertNotIn('".tgz"', f.read(), "grade.py has a suffix list of its own")
+
     def test_safe_id(self):
         self.assertEqual(sub.safe_id("../../etc"), "_.._etc")
         self.assertEqual(sub.safe_id(".hidden"), "hidden")
         self.assertEqual(sub.safe_id(""), "student")
         self.assertEqual(sub.safe_id("a b/c"), "a_b_c")
+
+
+class ReadRegularTest(unittest.TestCase):
+    def test_a_regular_file_only_never_through_a_link_and_capped(self):
+        from mmiolab.lab import _copy_regular
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "f")
+            with open(p, "wb") as f:
+                f.write(b"12345")
+            self.assertEqual(sub.read_regular(p, 5), b"12345")
+            self.assertIsNone(sub.read_regular(p, 4))
+            os.symlink(p, os.path.join(d, "link"))
+            os.mkfifo(os.path.join(d, "fifo"))
+            for other in ("link", "fifo", "."):        # (a fifo does not block it)
+                with self.subTest(other), self.assertRaises(OSError):
+                    sub.read_regular(os.path.join(d, other), 10)
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.assertEqual(sub.read_regular("f", 5, dir_fd=fd), b"12345")
+            finally:
+                os.close(fd)
+            # The built module is copied out of the sandbox the same way.
+            self.assertTrue(_copy_regular(p, os.path.join(d, "copy")))
+            self.assertFalse(_copy_regular(os.path.join(d, "link"), os.path.join(d, "c2")))
+            self.assertFalse(_copy_regular(p, os.path.join(d, "c3"), cap=4))
+            self.assertEqual(sorted(os.listdir(d)), ["copy", "f", "fifo", "link"])
 
 
 # ---------------------------------------------------------------------------- labspec

@@ -43,7 +43,7 @@ class GradeOptions:
 # What the outcome of grading depends on, besides the submission and the options:
 # the grader (scripts/grade and the mmiolab modules it has loaded), the guest, the
 # lab's tests, the kernel.
-KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/guest/*.c"]
+KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/guest/*.c"]
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
@@ -87,16 +87,12 @@ def entries_for(spec: LabSpec, paths: list[str]) -> list[tuple[str, str]]:
     out = []
     for p in paths:
         p = os.path.abspath(p)
-        is_class = os.path.isdir(p) and not any(
-            os.path.exists(os.path.join(p, f)) for f in spec.files) and any(
-            os.path.isdir(os.path.join(p, c)) or c.endswith((".zip", ".tar.gz", ".tgz", ".tar", ".c"))
-            for c in os.listdir(p))
-        if is_class:
-            out += [(e.student_id, e.path) for e in submission.expand_class(p)]
+        students = submission.expand_class(p) if os.path.isdir(p) and not any(
+            os.path.exists(os.path.join(p, f)) for f in spec.files) else []
+        if students:
+            out += [(e.student_id, e.path) for e in students]
         else:
-            name = os.path.basename(p.rstrip("/"))
-            for ext in (".tar.gz", ".tgz", ".tar", ".zip", ".c"):
-                name = name.removesuffix(ext)
+            name = submission.student_stem(os.path.basename(p.rstrip("/")))
             out.append((submission.safe_id(name or "submission"), p))
     ids = submission.unique_ids([sid for sid, _ in out])
     return [(sid, p) for sid, (_, p) in zip(ids, out)]

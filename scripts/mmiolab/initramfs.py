@@ -32,6 +32,9 @@ PREBUILT = os.path.join(ROOT, "prebuilt", "initramfs")
 PREBUILT_INFO = "built-by.json"
 USE_PREBUILT = os.path.isdir(PREBUILT)
 BASE = os.path.join(PREBUILT if USE_PREBUILT else OUT_DIR, "base.cpio.gz")
+# The guest's half of the harness protocol, which every lab's harness sources
+# (vm/harness-lib.sh).
+HARNESS_LIB = "/lib/mmiolab/harness-lib.sh"
 
 
 # The interactive shell's. busybox's plain poweroff signals PID 1, which vm/init
@@ -170,6 +173,7 @@ def base_archive() -> Archive:
     a.host_file("/bin/busybox", BUSYBOX, 0o755)
     a.host_file("/init", os.path.join(VM_DIR, "init"), 0o755)
     a.host_file("/bin/record", os.path.join(VM_DIR, "record"), 0o755)
+    a.host_file(HARNESS_LIB, os.path.join(VM_DIR, "harness-lib.sh"), 0o644)
     a.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
     a.file("/etc/group", b"root:x:0:\n")
     a.file("/etc/profile", PROFILE.encode())
@@ -181,7 +185,7 @@ def base_archive() -> Archive:
 def inputs_digest() -> str:
     """Of the kit's files that go into the base archive (not busybox, a package)."""
     h = hashlib.sha256(PROFILE.encode())
-    paths = [os.path.join(VM_DIR, "init"), os.path.join(VM_DIR, "record")]
+    paths = [os.path.join(VM_DIR, n) for n in ("init", "record", "harness-lib.sh")]
     paths += sorted(os.path.join(GUEST_SRC, n) for n in os.listdir(GUEST_SRC))
     for p in paths:
         h.update(os.path.basename(p).encode() + b"\0")

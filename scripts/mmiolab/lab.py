@@ -7,12 +7,14 @@ built static). A run boots a fresh guest with the driver, the programs and
 the harness in the initramfs overlay; the harness writes its KTAP to the
 harness channel, each line prefixed with a per-run nonce.
 
-The harness protocol, which every lab's harness.sh follows:
+The harness protocol, which every lab's harness.sh follows by sourcing the
+guest's harness library first (vm/harness-lib.sh, initramfs.HARNESS_LIB in
+the guest), where its guest half is written once:
 - the nonce is in /job/nonce, never on the kernel command line, in the job
-  script or in an environment; the harness reads it into an unexported shell
-  variable and deletes the file before it loads the driver, and its test
-  programs print plain KTAP that the harness tags, so neither insmod nor a
-  test program (the processes a driver runs in) holds it;
+  script or in an environment; the library reads it into an unexported shell
+  variable and deletes the file before the harness loads the driver, and the
+  test programs print plain KTAP that the harness tags, so neither insmod nor
+  a test program (the processes a driver runs in) holds it;
 - the run is over when the harness prints END_LINE (tagged) on its channel,
   and only then (vm.VMConfig.done_marker): not when the guest stops.
 A driver runs in ring 0 and can still find the nonce in the harness shell's
@@ -24,13 +26,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 
 from . import BUILD, ROOT, MmiolabError, kernel, ktap, sandbox, vm
 from .initramfs import compile_programs
 from .labspec import LabSpec
+from .submission import read_regular
 
 END_LINE = "# mmiolab harness: end"
 
@@ -211,16 +213,12 @@ def _hidden() -> list[str]:
 
 
 def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
-    """Copy a file the sandbox wrote, refusing links and special files."""
+    """Copy a file the sandbox wrote, refusing links, special files and more than cap bytes."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(src, cap)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return False
-        data = f.read(cap + 1)
-    if len(data) > cap:
+    if data is None:
         return False
     with open(dest, "wb") as out:
         out.write(data)

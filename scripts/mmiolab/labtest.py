@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 
 from . import BUILD, ktap, stages, vm
+from .initramfs import HARNESS_LIB
 from .lab import END_LINE, build_driver, guest_programs
 from .stages import fabric_append
 from .labspec import LabSpec
@@ -132,20 +133,9 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
             nonces.append(ktap.make_nonce())
             files[f"/job/v/{i}.ko"] = built.ko
             files[f"/job/v/{i}.nonce"] = f"{nonces[i]}\n".encode()
-        seed_list = " ".join(str(int(s)) for s in seeds)
         batch = ktap.make_nonce()
-        # Each variant gets the time one run of its own would: one that outlasts
-        # it (a delay too long for the time limit) is stopped, and the seeds it
-        # did not report count as failed, as the grader counts a run that hangs.
-        command = (f"for i in $(seq 0 {len(names) - 1}); do "
-                   f"cp /job/v/$i.ko /job/{spec.module}.ko; cp /job/v/$i.nonce /job/nonce; "
-                   f"SEEDS='{seed_list}' CMDS={int(cmds)} timeout -s KILL {int(timeout)} "
-                   f"sh /job/harness.sh; rmmod {spec.module} 2>/dev/null; "
-                   f"echo \"$(cat /job/v/$i.nonce) {END_LINE}\" > /dev/ttyS1; "
-                   # A module that will not unload spoils what follows: stop, and
-                   # the variants after it run again alone.
-                   f"if grep -q '^{spec.module} ' /proc/modules; then break; fi; done; "
-                   f"echo \"{batch} {END_LINE}\" > /dev/ttyS1")
+        files["/job/v/batch.nonce"] = f"{batch}\n".encode()
+        command = batch_command(spec.module, len(names), seeds, cmds, timeout)
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
         cfg = vm.VMConfig(append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
@@ -160,6 +150,29 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
             out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
                                        timeout=timeout)
     return out
+
+
+def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout: float) -> str:
+    """run_variants' job script: variants 0..count-1 (/job/v/I.ko, I.nonce) in
+    turn, then the batch's end line (/job/v/batch.nonce). Every end line comes
+    from the harness library (vm/harness-lib.sh), sourced in a subshell, which
+    tags its end line with the nonce in /job/nonce: a variant's harness prints
+    its own, but one killed for outlasting its time cannot, so the loop prints
+    it again after each."""
+    end = f"( . {HARNESS_LIB} )"
+    seed_list = " ".join(str(int(s)) for s in seeds)
+    # Each variant gets the time one run of its own would: one that outlasts
+    # it (a delay too long for the time limit) is stopped, and the seeds it
+    # did not report count as failed, as the grader counts a run that hangs.
+    return (f"for i in $(seq 0 {count - 1}); do "
+            f"cp /job/v/$i.ko /job/{module}.ko; cp /job/v/$i.nonce /job/nonce; "
+            f"SEEDS='{seed_list}' CMDS={int(cmds)} timeout -s KILL {int(timeout)} "
+            f"sh /job/harness.sh; rmmod {module} 2>/dev/null; "
+            f"cp /job/v/$i.nonce /job/nonce; {end}; "
+            # A module that will not unload spoils what follows: stop, and
+            # the variants after it run again alone.
+            f"if grep -q '^{module} ' /proc/modules; then break; fi; done; "
+            f"cp /job/v/batch.nonce /job/nonce; {end}")
 
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,

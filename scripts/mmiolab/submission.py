@@ -86,6 +86,8 @@ BUILD_FILES = frozenset({"Makefile", "makefile", "GNUmakefile", "Kbuild", "Kconf
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar")
 ZIP_SUFFIXES = (".zip",)
 SOURCE_SUFFIXES = (".c",)
+#: A class folder's child named so is one student's submission (is_student).
+STUDENT_SUFFIXES = TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES
 
 
 class SubmissionError(MmiolabError):
@@ -586,6 +588,17 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+def read_regular(path: str, cap: int, dir_fd: int | None = None) -> bytes | None:
+    """A regular file's bytes, opened without following a link (or waiting on a
+    fifo): None if it holds more than cap bytes. OSError if it cannot be opened
+    or is not a regular file."""
+    fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return _read_capped(f, cap)
+
+
 def _scan_dir(path: str, col: _Collector) -> None:
     """Walk a folder through directory file descriptors, never following a symlink,
     so a folder swapped for a link while we walk cannot take us elsewhere."""
@@ -642,11 +655,7 @@ def _walk(dfd: int, prefix: str, depth: int, col: _Collector) -> None:
                 reason, detail = SPECIAL, "device, fifo or socket: never opened"
 
         def read(name: str = name) -> bytes | None:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise OSError(errno.EINVAL, "no longer a regular file")
-                return _read_capped(f, col.limits.max_file_bytes)
+            return read_regular(name, col.limits.max_file_bytes, dfd)
         col.entry(_Entry(shown, parts, reason, detail, st.st_size), read)
 
 
@@ -747,11 +756,7 @@ def _take_single_file(path: str, st: os.stat_result, col: _Collector) -> None:
         return
 
     def read() -> bytes | None:
-        fd = os.open(path, _FILE_FLAGS)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise OSError(errno.EINVAL, "no longer a regular file")
-            return _read_capped(f, col.limits.max_file_bytes)
+        return read_regular(path, col.limits.max_file_bytes)
     col.entry(_Entry(shown, (target,), None, "", st.st_size), read)
 
 
@@ -819,9 +824,19 @@ class ClassScan:
     skipped: list[Ignored]
 
 
-def _student_stem(name: str) -> str:
+def is_student(name: str, st: os.stat_result) -> bool:
+    """The roster rule: whether a class folder's child (its name, its lstat) is
+    one student's submission: a folder, a link (intake refuses it by name:
+    nothing lost) or, by its name, an archive or a .c file; never a hidden entry."""
+    return not name.startswith(".") and (
+        stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
+        or name.lower().endswith(STUDENT_SUFFIXES))
+
+
+def student_stem(name: str) -> str:
+    """A submission's name without its archive or .c suffix (alice.tar.gz: alice)."""
     lower = name.lower()
-    for suf in TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES:
+    for suf in STUDENT_SUFFIXES:
         if lower.endswith(suf) and len(name) > len(suf):
             return name[:-len(suf)]
     return name
@@ -850,15 +865,12 @@ def scan_class(class_dir: str) -> ClassScan:
         if name.startswith("."):
             skipped.append(Ignored(printable(name), HIDDEN, "hidden entry"))
             continue
-        st = os.lstat(full)
-        lower = name.lower()
-        if (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)
-                or lower.endswith(TAR_SUFFIXES + ZIP_SUFFIXES + SOURCE_SUFFIXES)):
+        if is_student(name, os.lstat(full)):
             picked.append((name, full))
         else:
             skipped.append(Ignored(printable(name), NOT_ALLOWED,
                                    "not a folder, archive or .c file"))
-    stems = [safe_id(_student_stem(n)) for n, _ in picked]
+    stems = [safe_id(student_stem(n)) for n, _ in picked]
     ids: list[str] = []
     for (name, _), stem in zip(picked, stems):
         ids.append(safe_id(name) if stems.count(stem) > 1 else stem)
@@ -926,12 +938,12 @@ def _intake_child(req: dict[str, Any]) -> dict[str, Any]:
 def fingerprint(path: str, allowed: Sequence[str] = (),
                 limits: IntakeLimits = DEFAULT_LIMITS) -> str:
     """A digest of a submission as handed in, so that --resume can tell a changed
-    one, reading only what intake would read, under its caps: a .c file's first
-    max_file_bytes + 1 bytes; an archive's bytes if it is within
-    max_archive_bytes (else its size only: intake refuses it unread); a
-    folder's names, types and sizes (links not followed, at most max_depth deep
-    and max_members entries, as intake walks it) and the contents of the files
-    named as the lab allows (their first max_file_bytes + 1 bytes). A folder of
+    one, reading only what intake would read, under its caps (read_regular): a
+    .c file's size and bytes (not past max_file_bytes + 1); an archive's size,
+    and its bytes if it is within max_archive_bytes (intake refuses a bigger one
+    unread); a folder's names, types and sizes (links not followed, at most
+    max_depth deep and max_members entries, as intake walks it) and the
+    contents of the files named as the lab allows (likewise). A folder of
     thousands of big or sparse files costs a listing, not a read."""
     h = hashlib.sha256()
     names = set(allowed)
@@ -939,15 +951,11 @@ def fingerprint(path: str, allowed: Sequence[str] = (),
 
     def file(p: str, cap: int, dir_fd: int | None = None) -> None:
         try:
-            fd = os.open(p, _FILE_FLAGS, dir_fd=dir_fd)
+            data = read_regular(p, cap, dir_fd)
         except OSError as e:
             h.update(f"unreadable {e.errno}".encode())
             return
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
-            if stat.S_ISREG(st.st_mode):
-                h.update(f.read(cap + 1))
+        h.update(b"more than intake reads" if data is None else data)
 
     def walk(dfd: int, prefix: str, depth: int) -> None:
         try:
@@ -1001,6 +1009,7 @@ def fingerprint(path: str, allowed: Sequence[str] = (),
     elif stat.S_ISLNK(st.st_mode):
         h.update(b"link " + os.fsencode(os.readlink(path)))
     elif stat.S_ISREG(st.st_mode):
+        h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
         kind, _ = _kind(path, st)
         if kind == "file":
             file(path, limits.max_file_bytes)

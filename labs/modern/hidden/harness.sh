@@ -1,18 +1,10 @@
 #!/bin/sh
 # The modern lab's hidden tests, run in a second guest (hidden.toml: four
-# CPUs, other routes). Same protocol as ../tests/harness.sh. Environment:
-# SEEDS, CMDS (commands per CPU in a visible race run: here the same total
-# per seed over four CPUs, twice that on the mutex path).
-ch=/dev/ttyS1
-read -r nonce < /job/nonce
-rm -f /job/nonce /job/run
-params=/sys/kernel/debug/mmiosim/params
-say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
-tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
-check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
-trap 'say "# mmiolab harness: end"' EXIT
-load() { insmod /job/ringdrv.ko 2>/tmp/insmod.err; }
-unload() { rmmod ringdrv 2>/tmp/rmmod.err; }
+# CPUs, other routes), under the same protocol as ../tests/harness.sh.
+# Environment: SEEDS, CMDS (commands per CPU in a visible race run: here the
+# same total per seed over four CPUs, twice that on the mutex path).
+# shellcheck source-path=SCRIPTDIR source=../../../vm/harness-lib.sh
+. /lib/mmiolab/harness-lib.sh
 # number:name:path (RINGDRV_PATH_*):commands per CPU
 per_cpu=${CMDS:?}
 PATHS="1:unlock_4cpu:1:$((per_cpu / 2)) 2:relaxed_4cpu:2:$((per_cpu / 2)) 3:mutex_4cpu:3:$per_cpu"
@@ -21,29 +13,10 @@ split() {
 	path=${rest%%:*}; cmds=${rest#*:}
 }
 
-say "KTAP version 1"
-say "1..3"
-say "# mmiolab harness: lab=modern hidden cpus=$(nproc) seeds=$SEEDS $(cat $params)"
+begin ringdrv 3 "lab=modern hidden"
 
-# shellcheck disable=SC2086 # one word per seed
-set -- $SEEDS
+race() { check /job/ringtest -k "$k" -N "seed_$seed" -n "$cmds" -s "$seed" -m "$path" -i 2; }
 for p in $PATHS; do
 	split "$p"
-	say "  KTAP version 1"
-	say "  # Subtest: $name"
-	say "  1..$#"
-	k=0
-	verdict=ok
-	for seed in $SEEDS; do
-		k=$((k + 1))
-		echo "seed=$seed" > $params
-		if ! load; then
-			say "  not ok $k seed_$seed # insmod failed"
-			verdict="not ok"
-			continue
-		fi
-		check /job/ringtest -k "$k" -N "seed_$seed" -n "$cmds" -s "$seed" -m "$path" -i 2 || verdict="not ok"
-		unload || verdict="not ok"
-	done
-	say "$verdict $n $name"
+	per_seed "$n" "$name" race
 done

@@ -1,0 +1,105 @@
+# shellcheck shell=dash
+# The guest's half of the harness protocol (scripts/mmiolab/lab.py), in one
+# place. Every lab's tests/harness.sh and hidden/harness.sh begins with
+#
+#   . /lib/mmiolab/harness-lib.sh
+#
+# and keeps only its lab's tests. Sourcing this reads the run's nonce from
+# /job/nonce into an unexported variable and deletes the file (and the job
+# script) before anything else runs, so no process the harness starts
+# (insmod, the test programs) finds the nonce in its environment, its
+# arguments or a file. The host trusts only lines on the harness channel
+# that start with the nonce (say, tag, check), and counts the run as finished
+# only when the end line arrives: this shell prints it as it exits.
+#
+# Environment: SEEDS (space-separated). For the harness: $first_seed,
+# $nseeds; per_seed sets $k and $seed for the command it runs.
+
+ch=/dev/ttyS1
+unset nonce             # (an inherited nonce would be exported)
+read -r nonce < /job/nonce
+rm -f /job/nonce /job/run
+params=/sys/kernel/debug/mmiosim/params
+trap 'say "# mmiolab harness: end"' EXIT
+
+# shellcheck disable=SC2086 # one word per seed
+set -- $SEEDS
+# shellcheck disable=SC2034 # for the harness
+nseeds=$# first_seed=${1:-}
+
+# say TEXT: one line on the channel, tagged; tag: each line of stdin.
+say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
+tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
+# check CMD...: run a test program, then pass its output on, tagged; returns its status.
+check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
+# traced CMD...: check CMD under vm/record; the first failing run's trace goes
+# to the host, for the report's picture of the race (RECORD_SEND=fail).
+send=fail
+traced() { check env RECORD_SEND="$send" RECORD_KB=512 record "$@" || { send=never; return 1; }; }
+
+load() { insmod "/job/$module.ko" 2>/tmp/insmod.err; }
+unload() { rmmod "$module" 2>/tmp/rmmod.err; }
+loaded() { lsmod | grep -q "^$module "; }
+# seed_fabric SEED: the fabric's PRNG seed for the next runs.
+seed_fabric() { echo "seed=$1" > $params; }
+
+# begin MODULE TESTS WHAT: the driver's module name, the KTAP header (TESTS
+# tests) and the harness's own line (WHAT: lab=LAB ...), which the host reads.
+begin() {
+	module=$1
+	say "KTAP version 1"
+	say "1..$2"
+	say "# mmiolab harness: $3 cpus=$(nproc) seeds=$SEEDS $(cat $params)"
+}
+
+# load_unload ["N NAME"...]: test 1, the driver loads, makes /dev/MODULE and
+# unloads. If it does not load or make its device, the tests named are
+# reported not run and the harness ends.
+load_unload() {
+	if ! load; then
+		say "# load_unload: insmod $module.ko failed: $(cat /tmp/insmod.err)"
+		say "not ok 1 load_unload"
+		for t; do say "not ok $t # not run: the driver did not load"; done
+		exit 0
+	fi
+	if [ ! -c "/dev/$module" ]; then
+		say "# load_unload: the driver loaded but /dev/$module did not appear"
+		say "not ok 1 load_unload"
+		for t; do say "not ok $t # not run: no /dev/$module"; done
+		exit 0
+	fi
+	if unload; then
+		say "# load_unload: insmod $module.ko: ok; rmmod $module: ok"
+		say "ok 1 load_unload"
+	else
+		say "# load_unload: rmmod $module failed: $(cat /tmp/rmmod.err)" \
+			"(module refcnt $(cat "/sys/module/$module/refcnt" 2>&1))"
+		say "not ok 1 load_unload"
+	fi
+}
+
+# per_seed N NAME CMD...: test N, NAME, a subtest of one run per seed, each on
+# the driver freshly loaded: CMD ($k the run's number, $seed its seed) must
+# succeed and the driver unload. Returns whether every run passed.
+per_seed() {
+	_n=$1 _name=$2
+	shift 2
+	say "  KTAP version 1"
+	say "  # Subtest: $_name"
+	say "  1..$nseeds"
+	k=0
+	_verdict=ok
+	for seed in $SEEDS; do
+		k=$((k + 1))
+		seed_fabric "$seed"
+		if ! load; then
+			say "  not ok $k seed_$seed # insmod failed: $(cat /tmp/insmod.err)"
+			_verdict="not ok"
+			continue
+		fi
+		"$@" || _verdict="not ok"
+		unload || _verdict="not ok"
+	done
+	say "$_verdict $_n $_name"
+	[ "$_verdict" = ok ]
+}
