@@ -14,7 +14,7 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, labspec, prairielearn, report, stages
+from mmiolab import BUILD, ROOT, labspec, model, prairielearn, stages
 from vmtest import need_guest, report as say
 
 MARKER = "HIDDEN-MARKER-7f3a9c"
@@ -22,12 +22,12 @@ MARKER = "HIDDEN-MARKER-7f3a9c"
 
 def outcome(name, score, most, status="passed", output="", visibility="visible",
             html=""):
-    return report.TestOutcome(name, score, most, status, output, visibility,
+    return model.TestOutcome(name, score, most, status, output, visibility,
                               f"what {name} checks", html=html)
 
 
 def result(tests, verdict="graded", notes=()):
-    return report.GradeResult(submission_id="submission", lab="doorbell", tests=tests,
+    return model.GradeResult(submission_id="submission", lab="doorbell", tests=tests,
                               verdict=verdict, notes=list(notes), submission="student",
                               console_log="console.log", host="grader")
 

@@ -14,7 +14,7 @@ import unittest
 import xml.etree.ElementTree as ET
 from unittest import mock
 
-from mmiolab import ROOT, ktap, labspec, report, stages
+from mmiolab import ROOT, gradebook, ktap, labspec, model, report, stages
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
@@ -35,11 +35,11 @@ def host_tests(build="passed", clean="passed"):
     b = SPEC.test("build")
     c = SPEC.test("clean_log")
     return {
-        "build": report.TestOutcome("build", b.points if build == "passed" else 0, b.points,
+        "build": model.TestOutcome("build", b.points if build == "passed" else 0, b.points,
                                     build, "gcc: no warnings" if build == "passed" else
                                     "ringdrv.c:12:5: error: 'x' undeclared", b.visibility,
                                     b.description),
-        "clean_log": report.TestOutcome("clean_log", c.points if clean == "passed" else 0,
+        "clean_log": model.TestOutcome("clean_log", c.points if clean == "passed" else 0,
                                         c.points, clean, "no kernel complaints",
                                         c.visibility, c.description),
     }
@@ -48,10 +48,10 @@ def host_tests(build="passed", clean="passed"):
 def graded(sample="race-fail.channel.log", student="alice", console="pass.console.log",
            graded_at=None, host="grader1", **kw):
     parsed = ktap.parse(data(sample), NONCE)
-    res = report.GradeResult(
+    res = model.GradeResult(
         submission_id=student, lab="doorbell",
         tests=stages.outcomes(SPEC, parsed, kw.pop("host_tests", host_tests())),
-        replay=report.Replay(seeds=[1, 2, 3], profile="sn2", semantics="2004",
+        replay=model.Replay(seeds=[1, 2, 3], profile="sn2", semantics="2004",
                              params={"route_ns": 400, "jitter_ns": 150},
                              first_failing_seed=1 if "fail" in sample else None,
                              seeds_passed=0 if "fail" in sample else 3),
@@ -131,12 +131,12 @@ class OutcomesTest(unittest.TestCase):
         self.assertIn("path-traversal", report.summary_text(res))
 
     def test_outcome_validation(self):
-        with self.assertRaises(report.ReportError):
-            report.TestOutcome("x", 11, 10, "passed")
-        with self.assertRaises(report.ReportError):
-            report.TestOutcome("x", 0, 10, "PASS")
-        with self.assertRaises(report.ReportError):
-            report.TestOutcome("x", 0, 10, "failed", visibility="secret")
+        with self.assertRaises(model.ReportError):
+            model.TestOutcome("x", 11, 10, "passed")
+        with self.assertRaises(model.ReportError):
+            model.TestOutcome("x", 0, 10, "PASS")
+        with self.assertRaises(model.ReportError):
+            model.TestOutcome("x", 0, 10, "failed", visibility="secret")
 
 
 class GradescopeTest(unittest.TestCase):
@@ -202,7 +202,7 @@ class GradescopeTest(unittest.TestCase):
             p = os.path.join(d, "results.json")
             with open(p, "w") as f:
                 json.dump({"score": 3, "tests": []}, f)
-            with self.assertRaises(report.ReportError):
+            with self.assertRaises(model.ReportError):
                 report.load_results_json(p)
 
     def test_hostile_output_is_sanitized_and_capped(self):
@@ -242,7 +242,7 @@ class JUnitTest(unittest.TestCase):
 
     def test_skipped_and_partial(self):
         res = graded()
-        res.tests[4] = report.TestOutcome("cost", 5, 10, "passed", "read-back fix: heavier")
+        res.tests[4] = model.TestOutcome("cost", 5, 10, "passed", "read-back fix: heavier")
         root = ET.fromstring(report.junit_xml(res))
         cases = {c.get("name"): c for c in root.iter("testcase")}
         self.assertIsNotNone(cases["cost"].find("failure"))      # 5/10 is not full marks
@@ -302,15 +302,15 @@ class FilesTest(unittest.TestCase):
             doc = json.load(open(paths["results"], encoding="utf-8"))
             self.assertIn("fr\ufffdd", doc["extra_data"]["mmiolab"]["submission"])
             ET.parse(paths["junit"])
-            report.update_gradebook(os.path.join(d, "gb.csv"), [res])
+            gradebook.update_gradebook(os.path.join(d, "gb.csv"), [res])
 
     def test_atomic_write_keeps_the_old_file_on_failure(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "results.json")
-            report.atomic_write(p, "old\n")
+            model.atomic_write(p, "old\n")
             with mock.patch("os.replace", side_effect=OSError("disk gone")):
                 with self.assertRaises(OSError):
-                    report.atomic_write(p, "new\n")
+                    model.atomic_write(p, "new\n")
             self.assertEqual(open(p).read(), "old\n")
             self.assertEqual(os.listdir(d), ["results.json"])   # no temp file left
 
@@ -319,7 +319,7 @@ def _append_rows(args):
     path, worker = args
     for i in range(5):
         res = graded("pass.channel.log", student=f"w{worker}s{i}")
-        report.update_gradebook(path, [res])
+        gradebook.update_gradebook(path, [res])
     return worker
 
 
@@ -337,7 +337,7 @@ class GradebookTest(unittest.TestCase):
             return list(csv.DictReader(f))
 
     def test_one_row_per_student(self):
-        report.update_gradebook(self.book, [graded(student="alice"),
+        gradebook.update_gradebook(self.book, [graded(student="alice"),
                                             graded("pass.channel.log", student="bob")])
         rows = self.rows()
         self.assertEqual([r["student"] for r in rows], ["alice", "bob"])
@@ -352,24 +352,24 @@ class GradebookTest(unittest.TestCase):
         self.assertEqual(rows[1]["failed_tests"], "")
 
     def test_regrade_replaces_and_older_is_kept_out(self):
-        report.update_gradebook(self.book, [graded(student="alice",
+        gradebook.update_gradebook(self.book, [graded(student="alice",
                                                    graded_at="2025-01-02T10:00:00+00:00")])
-        rep = report.update_gradebook(self.book, [graded("pass.channel.log", student="alice",
+        rep = gradebook.update_gradebook(self.book, [graded("pass.channel.log", student="alice",
                                                          graded_at="2025-01-03T10:00:00+00:00")])
         self.assertEqual((rep.replaced, rep.rows), (1, 1))
         self.assertEqual(self.rows()[0]["score"], "100")
-        rep = report.update_gradebook(self.book, [graded(student="alice",
+        rep = gradebook.update_gradebook(self.book, [graded(student="alice",
                                                          graded_at="2025-01-01T10:00:00+00:00")])
         self.assertEqual(rep.kept, 1)
         self.assertEqual(self.rows()[0]["score"], "100")
 
     def test_formula_injection_is_neutralized(self):
-        report.update_gradebook(self.book, [graded(student="=HYPERLINK(\"x\")"),
+        gradebook.update_gradebook(self.book, [graded(student="=HYPERLINK(\"x\")"),
                                             graded(student="@SUM(1)")])
         ids = sorted(r["student"] for r in self.rows())
         self.assertEqual(ids, ["'=HYPERLINK(\"x\")", "'@SUM(1)"])
         # and a re-grade still finds the same row
-        rep = report.update_gradebook(self.book, [graded(student="@SUM(1)")])
+        rep = gradebook.update_gradebook(self.book, [graded(student="@SUM(1)")])
         self.assertEqual((rep.replaced, rep.rows), (1, 2))
 
     def test_concurrent_writers_lose_nothing(self):
@@ -394,8 +394,8 @@ class GradebookTest(unittest.TestCase):
         with open(os.path.join(bad, "results.json"), "w") as f:
             f.write("{ half a file")
         extra = os.path.join(self.d, "shard-c.csv")
-        report.update_gradebook(extra, [graded(student="s6", host="host-c")])
-        rep = report.merge([a, b, extra], self.book)
+        gradebook.update_gradebook(extra, [graded(student="s6", host="host-c")])
+        rep = gradebook.merge([a, b, extra], self.book)
         rows = {r["student"]: r for r in self.rows()}
         self.assertEqual(sorted(rows), ["s1_ok", "s2", "s3_ok", "s4", "s5_ok", "s6"])
         self.assertEqual(rows["s2"]["host"], "host-b")           # the newer grading wins
@@ -403,7 +403,7 @@ class GradebookTest(unittest.TestCase):
         self.assertTrue(rows["s1_ok"]["results"].endswith("results.json"))
         self.assertEqual(len(rep.problems), 1)
         self.assertIn("broken", rep.problems[0])
-        again = report.merge([a, b, extra], self.book)            # idempotent
+        again = gradebook.merge([a, b, extra], self.book)            # idempotent
         self.assertEqual(again.rows, 6)
         self.assertEqual(len(self.rows()), 6)
 

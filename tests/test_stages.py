@@ -20,8 +20,8 @@ import tempfile
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, ROOT, grade, guestout, kernel, lab, labspec, objcheck, report, \
-    stages, vm
+from mmiolab import BUILD, ROOT, grade, gradebook, guestout, kernel, lab, labspec, model, \
+    objcheck, report, stages, vm
 from mmiolab.lab import BuildFailed, build_text
 
 DOORBELL = os.path.join(ROOT, "labs", "doorbell")
@@ -342,7 +342,7 @@ class StageCase(unittest.TestCase):
         with mock.patch.object(stages.guestout, "read_bounded", guestout.read):
             return self.run_stage(FakeGuest(**guest))
 
-    def by_name(self, result: report.GradeResult) -> dict[str, report.TestOutcome]:
+    def by_name(self, result: model.GradeResult) -> dict[str, model.TestOutcome]:
         return {t.name: t for t in result.tests}
 
 
@@ -478,7 +478,7 @@ class ScoreStageTest(StageCase):
 
 
 class WriteStageTest(StageCase):
-    def result(self) -> report.GradeResult:
+    def result(self) -> model.GradeResult:
         r = stages.score(self.spec, "alice", self.prepared(), self.ran())
         r.submission = "alice.c"
         return r
@@ -539,7 +539,7 @@ class PipelineTest(StageCase):
         self.assertEqual(r.key["lab"], "doorbell")
         self.assertEqual(report.load_results_json(
             os.path.join(self.out, "alice", "results.json")).score, 100)
-        _, rows = report.read_gradebook(book)
+        _, rows = gradebook.read_gradebook(book)
         self.assertEqual([row["student"] for row in rows], ["alice"])
         self.assertFalse(os.path.exists(os.path.dirname(ko)), "the scratch is gone")
 

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "bisect": ("kit", ("bisect",), "build every prefix of the patch series"),
     "labvm": ("kit", ("labvm",), "a lab's VM with your driver in it"),
     "timeline": ("kit", ("timeline",), "draw a run recorded in the lab VM"),
-    "merge": ("report", ("merge",), "merge results and gradebook shards into one gradebook"),
+    "merge": ("gradebook", ("merge",), "merge results and gradebook shards into one gradebook"),
     "handout": ("handout", (), "each lab's student handout"),
     "gradescope": ("gradescope", (), "a lab's Gradescope autograder zip"),
     "prairielearn": ("prairielearn", (), "a lab's PrairieLearn question and grader image"),
@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     script, words, _ = COMMANDS[name]
     try:
-        if script == "report":
-            from . import report
-            return report.main([*words, *args])
+        if script == "gradebook":
+            from . import gradebook
+            return gradebook.main([*words, *args])
         path = os.path.join(SCRIPTS, script)
         if not os.path.exists(path):
             print(f"mmiolab: {name}: not in this kit (a student handout or an autograder "

@@ -25,7 +25,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, kernel, report, stages, submission
+from . import BUILD, ROOT, kernel, model, report, stages, submission
+from .gradebook import update_gradebook
 from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
 
@@ -105,7 +106,7 @@ def display_name(path: str) -> str:
 
 def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
               key: dict | None = None, *, gradebook: str = "", gradescope: str = "",
-              prairielearn: str = "") -> report.GradeResult:
+              prairielearn: str = "") -> model.GradeResult:
     """Grade one submission: the stages (stages.prepare, run, score), then its
     outputs under opts.out/sub_id (stages.write), its row in `gradebook` and a
     platform's results file (`gradescope`, `prairielearn`: its path) if given."""
@@ -122,7 +123,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
                                    build_text(f"internal grader error: {e!r}"))
         # For the instructor (never in what the student sees): where it broke.
         trace = traceback.format_exc()
-        report.atomic_write(os.path.join(out_dir, "grader-error.txt"), trace)
+        model.atomic_write(os.path.join(out_dir, "grader-error.txt"), trace)
         print(f"grade: {sub_id}: internal grader error (kept in "
               f"{os.path.join(out_dir, 'grader-error.txt')}):\n{trace}", file=sys.stderr)
     finally:
@@ -135,7 +136,7 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
 
 
 def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: str,
-           work: str) -> report.GradeResult:
+           work: str) -> model.GradeResult:
     """prepare, run, score."""
     ready = stages.prepare(spec, path, work, shown=display_name(path), confined=opts.confined,
                            out_dir=out_dir)
@@ -147,7 +148,7 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,
-                jobs: int = 1, progress=print) -> list[report.GradeResult]:
+                jobs: int = 1, progress=print) -> list[model.GradeResult]:
     """Grade (student id, path) pairs, jobs at a time. The gradebook (opts.out/
     gradebook.csv) is rewritten after each submission, so a killed batch loses at
     most the submissions in flight; --resume keeps a finished result only if it
@@ -172,7 +173,7 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
             progress(f"{sub_id:24} graded again: {why}")
         todo.append((sub_id, path, key))
     if kept:
-        report.update_gradebook(book, kept)
+        update_gradebook(book, kept)
     t0 = time.monotonic()
     lock = threading.Lock()
     finished = [0]
@@ -198,7 +199,7 @@ def _stale(results_json: str, key: dict) -> str:
     """Why a finished result must be graded again ('' if it stands)."""
     try:
         old = report.load_results_json(results_json)
-    except report.ReportError as e:
+    except model.ReportError as e:
         return f"its results.json is unreadable ({e})"
     if old.verdict == "grader-error":
         return "it ended in a grader error"

@@ -19,7 +19,7 @@ import html
 import os
 from dataclasses import dataclass, field
 
-from . import bounded, ktap, report, timeline
+from . import bounded, ktap, model, timeline
 
 READ_TIMEOUT = 60.0
 READ_MEMORY = 1 << 30
@@ -63,8 +63,8 @@ def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
     d = timeline.draw(recs[0].text, title=title)
     if not d.svg:
         return None
-    report.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
-    report.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
+    model.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
+    model.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
     shows = d.finding.text if d.finding else d.summary
     excerpt = "\n".join(d.excerpt.splitlines()[:40])
     return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",

@@ -58,7 +58,8 @@ import uuid
 from typing import Any
 
 from . import BUILD, ROOT
-from .report import GradeResult, _WHY, _clean_obj, _clean_text, _num, atomic_write, summary_text
+from .report import _clean_obj, _clean_text, summary_text
+from .model import _WHY, GradeResult, _num, atomic_write
 from .template import fill
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.

@@ -9,7 +9,7 @@
            run's output read in a bounded child (guestout). Ran. run_guest is
            one guest, also what labstats runs (labtest.run_variant).
   score    the trusted KTAP and the host's own checks (the build, a clean
-           console) to points: a report.GradeResult. refused() scores a
+           console) to points: a model.GradeResult. refused() scores a
            submission that never ran.
   write    a result to its outputs: results.json, junit.xml and summary.txt
            (report.write_all), a row of the gradebook, and a platform's own
@@ -38,7 +38,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, ktap, objcheck, prairielearn, report, submission
+from . import guestout, ktap, model, objcheck, prairielearn, report, submission
+from .gradebook import MergeReport, update_gradebook
 from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
 from .labspec import GradedTest, LabSpec, boot_words
 
@@ -114,7 +115,7 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
         checked.flags += rev.flags
         checked.diff += rev.diff
         if rev.diff and out_dir:
-            report.atomic_write(os.path.join(out_dir, "starter.diff"), checked.diff + "\n")
+            model.atomic_write(os.path.join(out_dir, "starter.diff"), checked.diff + "\n")
     if not confined:
         checked.flags.insert(0, UNCONFINED_FLAG)
 
@@ -251,7 +252,7 @@ NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmi
 
 
 def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
-                      phrases: dict[str, str]) -> report.TestOutcome:
+                      phrases: dict[str, str]) -> model.TestOutcome:
     """Score one harness-reported test of a lab (graded: a labspec.GradedTest;
     phrases: the lab's words for its measurements, LabSpec.phrases).
 
@@ -284,13 +285,13 @@ def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
     detail = test.text().strip("\n")
     if detail:
         body += ["", detail]
-    return report.TestOutcome(name=graded.name, score=points, max_score=graded.points,
+    return model.TestOutcome(name=graded.name, score=points, max_score=graded.points,
                               status=status, output="\n".join(body),
                               visibility=graded.visibility, description=graded.description)
 
 
-def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, report.TestOutcome],
-             hidden: ktap.ParseResult | None = None) -> list[report.TestOutcome]:
+def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.TestOutcome],
+             hidden: ktap.ParseResult | None = None) -> list[model.TestOutcome]:
     """All the lab's tests in its order: host-decided ones from `host`, the others
     from the trusted KTAP of the visible run or of the hidden tests' run (missing =
     crashed). A host test with no entry errors; hidden tests with no hidden run
@@ -300,11 +301,11 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, report.Tes
     out = []
     for g in spec.tests:
         if g.source == "host":
-            out.append(host.get(g.name) or report.TestOutcome(
+            out.append(host.get(g.name) or model.TestOutcome(
                 g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
                 g.visibility, g.description))
         elif g.source == "hidden" and g.name not in found_hidden:
-            out.append(report.TestOutcome(g.name, 0.0, g.points, "error",
+            out.append(model.TestOutcome(g.name, 0.0, g.points, "error",
                                           f"{g.description}\n\nthe hidden tests did not run",
                                           g.visibility, g.description))
         elif g.source == "hidden":
@@ -315,13 +316,13 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, report.Tes
 
 
 def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
-               **kw: Any) -> report.GradeResult:
+               **kw: Any) -> model.GradeResult:
     """A result for a submission that never reached the guest (refused at intake,
     failed to build, a grader error...): every test 0, the reason in every output."""
-    tests = [report.TestOutcome(g.name, 0.0, g.points, "error",
+    tests = [model.TestOutcome(g.name, 0.0, g.points, "error",
                                 f"{g.description}\n\nnot run: {why}", g.visibility,
                                 g.description) for g in spec.tests]
-    return report.GradeResult(submission_id=submission_id, lab=spec.name, tests=tests,
+    return model.GradeResult(submission_id=submission_id, lab=spec.name, tests=tests,
                               verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
 
 
@@ -330,10 +331,10 @@ NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no r
 
 
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
-                 fraction: float = 1.0) -> report.TestOutcome:
+                 fraction: float = 1.0) -> model.TestOutcome:
     """A test the host decides (the build, a clean console), scored."""
     g = spec.test(name)
-    return report.TestOutcome(name, g.points * fraction if ok else 0.0, g.points,
+    return model.TestOutcome(name, g.points * fraction if ok else 0.0, g.points,
                               "passed" if ok else "failed", output, g.visibility, g.description)
 
 
@@ -344,12 +345,12 @@ REPLAY_PARAMS = ("route_ns", "jitter_ns", "bridge_ns", "read_ns", "stall_ns", "s
 
 
 def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
-           info: str) -> report.Replay:
+           info: str) -> model.Replay:
     """How to run it again: the seeds, the fabric the harness said it ran
     (its '# mmiolab harness:' line, `info`), the seeds that passed."""
     params = dict(kv.split("=", 1) for kv in info.split() if "=" in kv)
     # The report's field is still called semantics (results.json, the gradebook).
-    rep = report.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
+    rep = model.Replay(seeds=list(seeds), profile=params.pop("profile", spec.fabric.get("profile", "")),
                         semantics=params.pop("locking", str(spec.fabric.get("locking", ""))),
                         params={k: v for k, v in params.items() if k in REPLAY_PARAMS})
     # Seeds that passed every per-seed test; the first seed any of them failed.
@@ -363,7 +364,7 @@ def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
     return rep
 
 
-def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> report.GradeResult:
+def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> model.GradeResult:
     """The score of a submission that never ran: every test 0, the reason in
     every output, and what a run would have been."""
     result = not_graded(spec, sub_id, why.verdict, why.why, notes=why.notes,
@@ -372,7 +373,7 @@ def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> repor
     return result
 
 
-def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> report.GradeResult:
+def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeResult:
     """The lab's tests scored: the build and a clean console (host tests), the
     rest from the trusted KTAP of the visible run and of the hidden tests'
     run. What the hidden tests' run printed reaches only the hidden tests' own
@@ -436,7 +437,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> report.Grade
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
-    return report.GradeResult(
+    return model.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
@@ -450,11 +451,11 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> report.Grade
 class Written:
     """Where a result went."""
     files: dict[str, str]                      # junit, summary, results: out_dir's
-    gradebook: report.MergeReport | None = None
+    gradebook: MergeReport | None = None
     platform: str = ""                         # a platform's own results file, if asked
 
 
-def write(result: report.GradeResult, out_dir: str, *, gradebook: str = "", source: str = "",
+def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", source: str = "",
           gradescope: str = "", prairielearn_results: str = "") -> Written:
     """Write a result out: results.json, junit.xml and summary.txt in out_dir
     (results.json last: its presence means done), then its row in `gradebook`
@@ -462,7 +463,7 @@ def write(result: report.GradeResult, out_dir: str, *, gradebook: str = "", sour
     the platform's file: Gradescope's results.json, or PrairieLearn's."""
     done = Written(files=report.write_all(result, out_dir))
     if gradebook:
-        done.gradebook = report.update_gradebook(gradebook,
+        done.gradebook = update_gradebook(gradebook,
                                                  [(result, done.files["results"], source)])
     if gradescope:
         os.makedirs(os.path.dirname(gradescope), exist_ok=True)
