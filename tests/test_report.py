@@ -410,7 +410,7 @@ class GradebookTest(unittest.TestCase):
     def test_merge_entry_point(self):
         a = self.make_shard("host-a", ["s1_ok", "s2"], "host-a", "2025-05-01T10:00:00+00:00")
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "scripts"))
-        p = subprocess.run([sys.executable, "-m", "mmiolab.report", "merge", "-o", self.book, a],
+        p = subprocess.run([sys.executable, "-m", "mmiolab", "merge", "-o", self.book, a],
                            capture_output=True, text=True, env=env, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("2 students", p.stdout)

@@ -19,7 +19,7 @@ import textwrap
 import unittest
 import zipfile
 
-from mmiolab import BUILD, labspec, sandbox
+from mmiolab import BUILD, labspec, roster, sandbox
 from mmiolab import submission as sub
 
 SRC = b"// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\nMODULE_LICENSE(\"GPL\");\n"
@@ -414,7 +414,7 @@ class ClassDirTest(unittest.TestCase):
                 f.write("id\n")
             weird = os.path.join(d.encode(), b"fr\xe9d=1")
             os.mkdir(weird)
-            scan = sub.scan_class(d)
+            scan = roster.scan_class(d)
             ids = {e.student_id: os.path.basename(e.path) for e in scan.entries}
             self.assertEqual(ids["alice"], "alice")
             self.assertEqual(ids["alice.zip"], "alice.zip")
@@ -425,7 +425,7 @@ class ClassDirTest(unittest.TestCase):
             self.assertIn("fr_d_1", ids)
             self.assertEqual(len(ids), len(scan.entries))
             self.assertEqual({i.reason for i in scan.skipped}, {sub.HIDDEN, sub.NOT_ALLOWED})
-            self.assertEqual(sub.expand_class(d), scan.entries)
+            self.assertEqual(roster.expand_class(d), scan.entries)
             sid, path = scan.entries[0]          # plain (student_id, path) tuples
             self.assertTrue(os.path.exists(path))
             r = sub.intake(os.path.join(d, "eve"), ALLOWED, os.path.join(d, "..", "s-" +
@@ -435,7 +435,7 @@ class ClassDirTest(unittest.TestCase):
 
     def test_missing_class_dir(self):
         with self.assertRaises(sub.SubmissionError):
-            sub.expand_class("/nonexistent/class")
+            roster.expand_class("/nonexistent/class")
 
     def test_one_roster_rule_for_a_class_folder_and_a_single_submission(self):
         """grade.entries_for tells a class folder, and names a submission given
@@ -460,10 +460,10 @@ class ClassDirTest(unittest.TestCase):
             self.assertNotIn('".tgz"', f.read(), "grade.py has a suffix list of its own")
 
     def test_safe_id(self):
-        self.assertEqual(sub.safe_id("../../etc"), "_.._etc")
-        self.assertEqual(sub.safe_id(".hidden"), "hidden")
-        self.assertEqual(sub.safe_id(""), "student")
-        self.assertEqual(sub.safe_id("a b/c"), "a_b_c")
+        self.assertEqual(roster.safe_id("../../etc"), "_.._etc")
+        self.assertEqual(roster.safe_id(".hidden"), "hidden")
+        self.assertEqual(roster.safe_id(""), "student")
+        self.assertEqual(roster.safe_id("a b/c"), "a_b_c")
 
 
 class ReadRegularTest(unittest.TestCase):

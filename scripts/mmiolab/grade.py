@@ -25,7 +25,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import BUILD, ROOT, kernel, model, report, stages, submission
+from . import BUILD, ROOT, kernel, model, report, roster, stages, submission
 from .gradebook import update_gradebook
 from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
@@ -88,14 +88,14 @@ def entries_for(spec: LabSpec, paths: list[str]) -> list[tuple[str, str]]:
     out = []
     for p in paths:
         p = os.path.abspath(p)
-        students = submission.expand_class(p) if os.path.isdir(p) and not any(
+        students = roster.expand_class(p) if os.path.isdir(p) and not any(
             os.path.exists(os.path.join(p, f)) for f in spec.files) else []
         if students:
             out += [(e.student_id, e.path) for e in students]
         else:
-            name = submission.student_stem(os.path.basename(p.rstrip("/")))
-            out.append((submission.safe_id(name or "submission"), p))
-    ids = submission.unique_ids([sid for sid, _ in out])
+            name = roster.student_stem(os.path.basename(p.rstrip("/")))
+            out.append((roster.safe_id(name or "submission"), p))
+    ids = roster.unique_ids([sid for sid, _ in out])
     return [(sid, p) for sid, (_, p) in zip(ids, out)]
 
 

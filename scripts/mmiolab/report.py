@@ -320,3 +320,11 @@ def write_all(result: GradeResult, out_dir: str, **kw: Any) -> dict[str, str]:
     return paths
 
 
+
+
+if __name__ == "__main__":
+    # The merge's first entry point; python3 -m mmiolab merge is the documented one.
+    import sys
+
+    from .gradebook import main
+    sys.exit(main())
