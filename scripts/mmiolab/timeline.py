@@ -839,12 +839,54 @@ def _rows(intervals):
     return out, max(1, len(ends))
 
 
+@dataclass
+class _Layout:
+    """Where everything of a timeline goes: the events drawn, the time scale
+    (x() maps nanoseconds to pixels), the lanes and their sub-rows."""
+    writes: list
+    spans: list
+    irqs: list
+    rets: list
+    cpus: list
+    t0: int
+    lo_ns: float
+    hi_ns: float
+    left: int
+    right: int
+    width: int
+    q_rows: dict
+    b_rows: dict
+    due: dict
+    row_h: int
+    lanes: list                 # (key, label, sub, y_top, height)
+    lane: dict
+    axis_y: int
+    height: int
+
+    def x(self, t: float) -> float:
+        return self.left + (t - self.lo_ns) / (self.hi_ns - self.lo_ns) * \
+            (self.width - self.left - self.right)
+
+
 def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
                doorbell: int | None = None) -> str:
     """An SVG timeline of the trace's complete writes, reads and mmiowb() waits
     (doorbell: the register drawn as the doorbell, by default the card's), built
     as an ElementTree (which escapes every text and attribute)."""
     doorbell = ring().doorbell if doorbell is None else doorbell
+    L = _layout(tr, title, width)
+    svg, g, arrow = _draw_frame(L, title, ident)
+    _draw_axis(g, L)
+    _draw_spans(g, L)
+    _draw_interrupts(g, L)
+    _draw_writes(g, L, arrow, doorbell)
+    _draw_legend(g, L)
+    return ET.tostring(svg, encoding="unicode")
+
+
+def _layout(tr: Trace, title: str, width: int) -> _Layout:
+    """Lay out the trace's complete writes and what happened around them;
+    TraceError if none is complete or their times are out of order."""
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     if len(writes) < 1:
         raise TraceError("no write has a post, a drain and an arrival in this trace")
@@ -907,16 +949,23 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     axis_y = y + 8
     height = axis_y + 108 + (13 if irqs or rets else 0)
 
+    return _Layout(writes, spans, irqs, rets, cpus, t0, lo_ns, hi_ns, left, right, width, q_rows,
+                   b_rows, due, row_h, lanes, lane, axis_y, height)
+
+
+def _draw_frame(L: _Layout, title: str, ident: str):
+    """The svg element, its title, description, style and arrow heads, the
+    lanes' backgrounds and labels: (svg, the group to draw in, arrow(colour))."""
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "mmiosim-timeline",
-                             "width": str(width), "height": str(height),
-                             "viewBox": f"0 0 {width} {height}", "role": "img",
+                             "width": str(L.width), "height": str(L.height),
+                             "viewBox": f"0 0 {L.width} {L.height}", "role": "img",
                              "aria-labelledby": f"{ident}-title {ident}-desc"})
-    n_over = sum(w.overtaken for w in writes)
-    n_stale = sum(w.stale for w in writes)
-    desc = (f"{len(writes)} writes traced on CPUs {', '.join(map(str, cpus))}, from post to "
+    n_over = sum(w.overtaken for w in L.writes)
+    n_stale = sum(w.stale for w in L.writes)
+    desc = (f"{len(L.writes)} writes traced on CPUs {', '.join(map(str, L.cpus))}, from post to "
             f"arrival; {n_over} overtaken in the bridge, {n_stale} stale doorbells; "
-            f"{sum(s.kind == 'mmiowb' for s in spans)} mmiowb() waits, "
-            f"{sum(s.kind == 'read' for s in spans)} reads.")
+            f"{sum(s.kind == 'mmiowb' for s in L.spans)} mmiowb() waits, "
+            f"{sum(s.kind == 'read' for s in L.spans)} reads.")
     _el(svg, "title", title or "Recorded mmiosim trace", id=f"{ident}-title")
     _el(svg, "desc", desc, id=f"{ident}-desc")
     _el(svg, "style",
@@ -925,9 +974,9 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
         f"#{ident} .sub{{font-size:10.5px;fill:#666}}"
         f"#{ident} .code{{font-family:'DejaVu Sans Mono',monospace;font-size:11px}}"
         f"#{ident} .ttl{{font-size:13px;font-weight:bold}}")
-    top_g = _el(svg, "g", id=ident)
+    g = _el(svg, "g", id=ident)
     palette = CPU_COLOURS + [GREY, RED]
-    defs = _el(top_g, "defs")
+    defs = _el(g, "defs")
     for i, c in enumerate(palette):
         marker = _el(defs, "marker", id=f"{ident}-arr{i}", viewBox="0 0 10 10", refX="9",
                      refY="5", markerWidth="6", markerHeight="6", orient="auto")
@@ -935,157 +984,173 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
 
     def arrow(colour):
         return f"url(#{ident}-arr{palette.index(colour)})"
-    _el(top_g, "rect", x=0, y=0, width=width, height=height, fill="white")
+    _el(g, "rect", x=0, y=0, width=L.width, height=L.height, fill="white")
     if title:
-        _el(top_g, "text", title, x=12, y=22, class_="ttl")
-    for i, (key, label, sub, top, hgt) in enumerate(lanes):
+        _el(g, "text", title, x=12, y=22, class_="ttl")
+    for i, (key, label, sub, top, hgt) in enumerate(L.lanes):
         if i % 2 == 0:
-            _el(top_g, "rect", x=0, y=top, width=width, height=hgt, fill="#f7f7f7")
+            _el(g, "rect", x=0, y=top, width=L.width, height=hgt, fill="#f7f7f7")
         colour = CPU_COLOURS[key[1] % 4] if key[0] == "cpu" else "#222"
-        _el(top_g, "text", label, x=10, y=top + 20, class_="row", style=f"fill:{colour}")
-        _el(top_g, "text", sub, x=10, y=top + 34, class_="sub")
+        _el(g, "text", label, x=10, y=top + 20, class_="row", style=f"fill:{colour}")
+        _el(g, "text", sub, x=10, y=top + 34, class_="sub")
+    return svg, g, arrow
+
+
+def _draw_axis(g: ET.Element, L: _Layout) -> None:
     # Time axis, in microseconds from the first event shown.
-    step_us = _nice_step((hi_ns - lo_ns) / 1000)
-    _el(top_g, "line", x1=left, y1=axis_y, x2=width - right, y2=axis_y, stroke="#888")
+    step_us = _nice_step((L.hi_ns - L.lo_ns) / 1000)
+    _el(g, "line", x1=L.left, y1=L.axis_y, x2=L.width - L.right, y2=L.axis_y, stroke="#888")
     k = 0
     while True:
         t_us = k * step_us
-        tx = x(t0 + t_us * 1000)
-        if tx > width - right + 0.5:
+        tx = L.x(L.t0 + t_us * 1000)
+        if tx > L.width - L.right + 0.5:
             break
-        _el(top_g, "line", x1=_f(tx), y1=lanes[0][3], x2=_f(tx), y2=axis_y, stroke="#e3e3e3")
-        _el(top_g, "line", x1=_f(tx), y1=axis_y, x2=_f(tx), y2=axis_y + 5, stroke="#888")
-        _el(top_g, "text", f"{t_us:g}", x=_f(tx), y=axis_y + 17, text_anchor="middle")
+        _el(g, "line", x1=_f(tx), y1=L.lanes[0][3], x2=_f(tx), y2=L.axis_y, stroke="#e3e3e3")
+        _el(g, "line", x1=_f(tx), y1=L.axis_y, x2=_f(tx), y2=L.axis_y + 5, stroke="#888")
+        _el(g, "text", f"{t_us:g}", x=_f(tx), y=L.axis_y + 17, text_anchor="middle")
         k += 1
-    _el(top_g, "text", "time since the first event shown, \u00b5s (the fabric's clock; "
-        f"t0 = {t0} ns)", x=width - right, y=axis_y + 31, text_anchor="end", class_="sub")
+    _el(g, "text", "time since the first event shown, \u00b5s (the fabric's clock; "
+        f"t0 = {L.t0} ns)", x=L.width - L.right, y=L.axis_y + 31, text_anchor="end", class_="sub")
 
+
+
+def _draw_spans(g: ET.Element, L: _Layout) -> None:
     # mmiowb() waits and reads on their CPU's lane.
-    for s in spans:
-        top, hgt = lane[("cpu", s.cpu)]
-        x0, x1 = x(s.start), max(x(s.end), x(s.start) + 2)
+    for s in L.spans:
+        top, hgt = L.lane[("cpu", s.cpu)]
+        x0, x1 = L.x(s.start), max(L.x(s.end), L.x(s.start) + 2)
         colour = CPU_COLOURS[s.cpu % 4]
         yb = top + hgt - 16
         cls = "mmiosim-mmiowb" if s.kind == "mmiowb" else "mmiosim-read"
         label = "mmiowb()" if s.kind == "mmiowb" else "readl()"
         inside = x1 - x0 >= 5.6 * len(label) + 6
         lx, anchor = ((x0 + x1) / 2, "middle") if inside else (x1 + 3, "start")
-        g = _el(top_g, "g", class_=cls)
-        _el(g, "title", f"{s.detail} (trace line {s.lineno})")
-        _el(g, "rect", x=_f(x0), y=yb, width=_f(x1 - x0), height=11, rx=2, fill="white",
+        item = _el(g, "g", class_=cls)
+        _el(item, "title", f"{s.detail} (trace line {s.lineno})")
+        _el(item, "rect", x=_f(x0), y=yb, width=_f(x1 - x0), height=11, rx=2, fill="white",
             stroke=colour, stroke_dasharray="3 2" if s.kind == "mmiowb" else "none")
-        _el(g, "text", label, x=_f(lx), y=yb + 9, text_anchor=anchor, class_="code",
+        _el(item, "text", label, x=_f(lx), y=yb + 9, text_anchor=anchor, class_="code",
             style=f"font-size:9px;fill:{colour}")
 
+
+
+def _draw_interrupts(g: ET.Element, L: _Layout) -> None:
     # Interrupt handlers (a triangle where one starts) and the return of the
     # call that disabled the card's interrupts (a line across its CPU's lane).
-    for r in rets:
-        top, hgt = lane[("cpu", r.cpu)]
-        xr = x(r.ts)
+    for r in L.rets:
+        top, hgt = L.lane[("cpu", r.cpu)]
+        xr = L.x(r.ts)
         colour = CPU_COLOURS[r.cpu % 4]
-        g = _el(top_g, "g", class_="mmiosim-return")
-        _el(g, "title", f"{r.task}: {r.call} returns (it posted INT_ENABLE=0, seq "
+        item = _el(g, "g", class_="mmiosim-return")
+        _el(item, "title", f"{r.task}: {r.call} returns (it posted INT_ENABLE=0, seq "
             f"{r.disabled.seq}; trace line {r.lineno})")
-        _el(g, "line", x1=_f(xr), y1=top + 2, x2=_f(xr), y2=top + hgt - 2, stroke=colour,
+        _el(item, "line", x1=_f(xr), y1=top + 2, x2=_f(xr), y2=top + hgt - 2, stroke=colour,
             stroke_width="1.5", stroke_dasharray="4 2")
-        _el(g, "text", f"{r.call} returns", x=_f(xr + 3), y=top + 11, class_="code",
+        _el(item, "text", f"{r.call} returns", x=_f(xr + 3), y=top + 11, class_="code",
             style=f"font-size:9.5px;fill:{colour}")
-    for q in irqs:
-        top, hgt = lane[("cpu", q.cpu)]
-        xq = x(q.ts)
+    for q in L.irqs:
+        top, hgt = L.lane[("cpu", q.cpu)]
+        xq = L.x(q.ts)
         colour = RED if q.late else CPU_COLOURS[q.cpu % 4]
         label = "late IRQ" if q.late else "IRQ"
-        g = _el(top_g, "g", class_="mmiosim-irq" + (" late" if q.late else ""))
-        _el(g, "title", f"irq {q.irq} ({q.name}): its handler starts on CPU {q.cpu} at "
-            f"+{(q.ts - t0) / 1000:.2f} \u00b5s"
+        item = _el(g, "g", class_="mmiosim-irq" + (" late" if q.late else ""))
+        _el(item, "title", f"irq {q.irq} ({q.name}): its handler starts on CPU {q.cpu} at "
+            f"+{(q.ts - L.t0) / 1000:.2f} \u00b5s"
             f"{', after the call that disabled it had returned' if q.late else ''} "
             f"(trace line {q.lineno})")
-        _el(g, "path", d=f"M{_f(xq - 5)},{top + 3} L{_f(xq + 5)},{top + 3} L{_f(xq)},{top + 12} z",
+        _el(item, "path", d=f"M{_f(xq - 5)},{top + 3} L{_f(xq + 5)},{top + 3} L{_f(xq)},{top + 12} z",
             fill=colour)
-        _el(g, "text", label, x=_f(xq), y=top + 23, text_anchor="middle", class_="code",
+        _el(item, "text", label, x=_f(xq), y=top + 23, text_anchor="middle", class_="code",
             style=f"font-size:9.5px;fill:{colour}" + (";font-weight:bold" if q.late else ""))
 
-    dev_top, dev_h = lane[("device", 0)]
-    b_top, b_h = lane[("bridge", 0)]
+
+
+def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int) -> None:
+    dev_top, dev_h = L.lane[("device", 0)]
+    b_top, b_h = L.lane[("bridge", 0)]
     label_slots = []
     # The interrupt disables whose call returned (and those a late interrupt followed).
-    disables = {r.disabled.seq for r in rets}
-    too_late = {r.disabled.seq for r in rets if any(q.late and q.lineno > r.lineno for q in irqs)
+    disables = {r.disabled.seq for r in L.rets}
+    too_late = {r.disabled.seq for r in L.rets if any(q.late and q.lineno > r.lineno for q in L.irqs)
                 or r.disabled.arrive is None or r.disabled.arrive > r.ts}
-    for w in writes:
+    for w in L.writes:
         is_db = w.off == doorbell
         is_off = w.seq in disables
         colour = CPU_COLOURS[w.cpu % 4] if is_db or is_off else GREY
         hot = RED if (w.overtaken or w.stale or w.seq in too_late) else colour
-        top, hgt = lane[("cpu", w.cpu)]
-        qy = top + 26 + q_rows[w.seq] * row_h
-        by = b_top + 20 + b_rows[w.seq] * row_h
-        xp, xd, xa = x(w.post), x(w.drain), x(w.arrive)
+        top, hgt = L.lane[("cpu", w.cpu)]
+        qy = top + 26 + L.q_rows[w.seq] * L.row_h
+        by = b_top + 20 + L.b_rows[w.seq] * L.row_h
+        xp, xd, xa = L.x(w.post), L.x(w.drain), L.x(w.arrive)
         reg = ring().name(w.off)
         classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
             (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "")
         late = w.post_ts - w.post > 1000
         tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
-               f"posted at +{(w.post - t0) / 1000:.2f} \u00b5s"
+               f"posted at +{(w.post - L.t0) / 1000:.2f} \u00b5s"
                + (" or a little earlier (its trace line, recorded after the fabric delivered "
-                  f"earlier writes, says +{(w.post_ts - t0) / 1000:.2f} \u00b5s)" if late else "")
+                  f"earlier writes, says +{(w.post_ts - L.t0) / 1000:.2f} \u00b5s)" if late else "")
                + f", enters the bridge at "
-               f"+{(w.drain - t0) / 1000:.2f} \u00b5s"
+               f"+{(w.drain - L.t0) / 1000:.2f} \u00b5s"
                + (" behind a write posted later (overtaken)" if w.overtaken else "")
-               + f", arrives at +{(w.arrive - t0) / 1000:.2f} \u00b5s"
+               + f", arrives at +{(w.arrive - L.t0) / 1000:.2f} \u00b5s"
                + (" after a later doorbell (stale)" if w.stale else ""))
-        g = _el(top_g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
+        item = _el(g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
                 data_off=f"{w.off:#x}", data_val=w.val)
-        _el(g, "title", tip)
+        _el(item, "title", tip)
         thick, thin = ("3", "1.6") if is_db else ("1.5", "1")
         # queued on its CPU: post -> drain
-        _el(g, "circle", cx=_f(xp), cy=qy, r="3.5" if is_db else "2.5", fill=colour)
-        _el(g, "line", x1=_f(xp), y1=qy, x2=_f(xd), y2=qy, stroke=colour, stroke_width=thick,
+        _el(item, "circle", cx=_f(xp), cy=qy, r="3.5" if is_db else "2.5", fill=colour)
+        _el(item, "line", x1=_f(xp), y1=qy, x2=_f(xd), y2=qy, stroke=colour, stroke_width=thick,
             stroke_opacity="0.55")
         label = f"{w.val}" if is_db else f"{reg}={w.val}" if is_off else reg
-        _el(g, "text", label, x=_f(xp - 5), y=qy + 4, text_anchor="end", class_="code",
+        _el(item, "text", label, x=_f(xp - 5), y=qy + 4, text_anchor="end", class_="code",
             style=f"fill:{colour}")
         # into the bridge
-        _el(g, "line", x1=_f(xd), y1=qy, x2=_f(xd), y2=by, stroke=hot, stroke_width=thin,
+        _el(item, "line", x1=_f(xd), y1=qy, x2=_f(xd), y2=by, stroke=hot, stroke_width=thin,
             marker_end=arrow(hot))
         # in the bridge: drain -> due (solid), due -> delivered (dotted)
-        xu = x(due[w.seq])
-        _el(g, "line", x1=_f(xd), y1=by, x2=_f(xu), y2=by, stroke=hot, stroke_width=thick,
+        xu = L.x(L.due[w.seq])
+        _el(item, "line", x1=_f(xd), y1=by, x2=_f(xu), y2=by, stroke=hot, stroke_width=thick,
             stroke_opacity="0.55")
         if xa - xu > 1:
-            _el(g, "line", x1=_f(xu), y1=by, x2=_f(xa), y2=by, stroke=hot, stroke_width=thin,
+            _el(item, "line", x1=_f(xu), y1=by, x2=_f(xa), y2=by, stroke=hot, stroke_width=thin,
                 stroke_dasharray="2 3")
         if w.overtaken:
-            _el(g, "text", "overtaken", x=_f(xd + 4), y=by - 3,
+            _el(item, "text", "overtaken", x=_f(xd + 4), y=by - 3,
                 style=f"fill:{RED};font-weight:bold")
         # to the device
         dy = dev_top + 16
-        _el(g, "line", x1=_f(xa), y1=by, x2=_f(xa), y2=dy - 5, stroke=hot, stroke_width=thin,
+        _el(item, "line", x1=_f(xa), y1=by, x2=_f(xa), y2=dy - 5, stroke=hot, stroke_width=thin,
             marker_end=arrow(hot))
-        _el(g, "circle", cx=_f(xa), cy=dy, r="5" if is_db else "3", fill=hot, stroke="white")
+        _el(item, "circle", cx=_f(xa), cy=dy, r="5" if is_db else "3", fill=hot, stroke="white")
         if is_db or is_off:
             txt = f"sees {w.val}" + (" (stale)" if w.stale else "") if is_db else \
                 "interrupts off" + (" (too late)" if w.seq in too_late else "")
             half = 3.4 * len(txt)
-            cx = min(max(xa, left + half), width - 4 - half)
+            cx = min(max(xa, L.left + half), L.width - 4 - half)
             slot = 0
             while any(r == slot and abs(c - cx) < h + half + 4 for c, h, r in label_slots):
                 slot += 1
             label_slots.append((cx, half, slot))
             bold = ";font-weight:bold" if w.stale or w.seq in too_late else ""
-            _el(g, "text", txt, x=_f(cx), y=dy + 18 + slot * 13, text_anchor="middle",
+            _el(item, "text", txt, x=_f(cx), y=dy + 18 + slot * 13, text_anchor="middle",
                 class_="code", style=f"fill:{hot}{bold}")
 
+
+
+def _draw_legend(g: ET.Element, L: _Layout) -> None:
     # Legend.
-    ly = axis_y + 50
-    lx = left
-    items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
+    ly = L.axis_y + 50
+    lx = L.left
+    items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in L.cpus]
     items += [(GREY, "other register write"),
-              (RED, "overtaken / stale / late" if irqs else "overtaken / stale")]
+              (RED, "overtaken / stale / late" if L.irqs else "overtaken / stale")]
     for colour, text in items:
-        _el(top_g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
+        _el(g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
             stroke_width="3", stroke_opacity="0.7")
-        _el(top_g, "text", text, x=lx + 27, y=ly, class_="sub")
+        _el(g, "text", text, x=lx + 27, y=ly, class_="sub")
         lx += 35 + 6.2 * len(text)
     notes = ["Each write: a dot when its CPU posts it, a bar while it waits in its CPU's queue, "
              "a bar while it crosses the bridge",
@@ -1093,12 +1158,11 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
              "arrives. A doorbell's number is the",
              "producer index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), "
              "readl() round trips."]
-    if irqs or rets:
+    if L.irqs or L.rets:
         notes.append("Triangles: the card's interrupt handler starts on that CPU (late: after "
                      "the call that disabled it had returned, dashed line).")
     for i, note in enumerate(notes):
-        _el(top_g, "text", note, x=left, y=ly + 18 + 13 * i, class_="sub")
-    return ET.tostring(svg, encoding="unicode")
+        _el(g, "text", note, x=L.left, y=ly + 18 + 13 * i, class_="sub")
 
 
 # ------------------------------------------------------------- recordings on the wire
