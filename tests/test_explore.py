@@ -167,8 +167,8 @@ def frame(n: int, text: str, cut: int = 0, end: bool = True) -> str:
 
 
 class RingHeaderTest(unittest.TestCase):
-    """The card's register names come from include/linux/mmiosim_ring.h, the
-    one place they are written: the lab kernel tree's, else the patch series'."""
+    """The card's register names come from include/linux/mmiosim_ring.h of the
+    lab kernel tree, the one place they are written."""
 
     def tearDown(self):
         timeline.ring.cache_clear()
@@ -185,9 +185,6 @@ class RingHeaderTest(unittest.TestCase):
         self.assertEqual(ring.name(0x44), "0x44")
         # the flags, the ID value, the ring size and the window are no registers
         self.assertEqual(sorted(ring.regs), list(range(0, 0x34, 4)))
-        # the patch series that adds it says the same
-        series = timeline.parse_ring_header(timeline._header_from_series(kernel.PATCHES))
-        self.assertEqual(series.regs, ring.regs)
 
     def test_a_header_without_the_registers_is_said(self):
         text = ("#define MMIOSIM_RING_WINDOW\t\t0x40\n"
@@ -200,17 +197,14 @@ class RingHeaderTest(unittest.TestCase):
         ring = timeline.parse_ring_header(text + "#define MMIOSIM_RING_INT_ENABLE 0x24\n")
         self.assertEqual(ring.regs, {0x1c: "DOORBELL", 0x24: "INT_ENABLE"})
 
-    def test_without_a_kernel_tree_the_series_then_a_clear_error(self):
+    def test_without_a_kernel_tree_a_clear_error(self):
         from unittest import mock
         from mmiolab import kernel
         with tempfile.TemporaryDirectory() as empty:
             with mock.patch.object(kernel, "SRC", empty):
                 timeline.ring.cache_clear()
-                self.assertEqual(timeline.ring().doorbell, 0x1c)     # from patches/
-                with mock.patch.object(kernel, "PATCHES", empty):
-                    timeline.ring.cache_clear()
-                    with self.assertRaises(timeline.TraceError) as e:
-                        timeline.ring()
+                with self.assertRaises(timeline.TraceError) as e:
+                    timeline.ring()
         self.assertIn("run 'make kernel'", str(e.exception))
         self.assertIn(timeline.RING_HEADER, str(e.exception))
 

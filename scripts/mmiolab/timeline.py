@@ -121,53 +121,19 @@ def parse_ring_header(text: str, where: str = RING_HEADER) -> Ring:
     return Ring(regs)
 
 
-def _header_from_series(patches: str) -> str:
-    """mmiosim_ring.h's #define lines as the patch series leaves them (its
-    series file's order; a '-' line drops a define, a '+' line adds one)."""
-    try:
-        with open(os.path.join(patches, "series"), encoding="utf-8") as f:
-            names = [ln.split()[0] for ln in f if ln.strip() and not ln.startswith("#")]
-    except OSError:
-        return ""
-    target = "+++ b/" + RING_HEADER.replace(os.sep, "/")
-    defines: dict[str, str] = {}
-    for name in names:
-        try:
-            with open(os.path.join(patches, name), encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        inside = False
-        for line in lines:
-            if line.startswith("diff --git") or line.startswith("+++ "):
-                inside = line == target
-            elif inside and line[:1] in "+-" and not line.startswith("--- "):
-                m = _DEFINE.match(line[1:])
-                if m and line[0] == "+":
-                    defines[m.group(1)] = line[1:]
-                elif m:
-                    defines.pop(m.group(1), None)
-    return "\n".join(defines.values())
-
-
 @functools.lru_cache(maxsize=None)
 def ring() -> Ring:
     """The ring card's registers, from include/linux/mmiosim_ring.h of the lab
-    kernel tree (a handout's prebuilt one too), else from the patch series that
-    adds it; a TraceError says where it looked."""
+    kernel tree (a handout's prebuilt tree carries it); a TraceError says where
+    it looked."""
     from . import kernel
     path = os.path.join(kernel.SRC, RING_HEADER)
     try:
         with open(path, encoding="utf-8") as f:
             return parse_ring_header(f.read(), path)
     except OSError:
-        pass
-    text = _header_from_series(kernel.PATCHES)
-    if not text:
-        raise TraceError(f"the ring card's register names are read from {RING_HEADER}, "
-                         f"which is neither in the lab kernel tree ({kernel.SRC}) nor added "
-                         f"by the patch series ({kernel.PATCHES}): run 'make kernel'")
-    return parse_ring_header(text, f"{RING_HEADER} of {kernel.PATCHES}")
+        raise TraceError(f"the ring card's register names are read from {path}, which "
+                         "is missing: run 'make kernel'") from None
 
 
 @dataclass
