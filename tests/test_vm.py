@@ -95,5 +95,22 @@ class VMTest(unittest.TestCase):
         self.assertNotIn("on-the-console", res.channel)
 
 
+class ClassifyTest(unittest.TestCase):
+    """The status of a run QEMU ended by itself, without a guest."""
+
+    def classify(self, rc, console="", flood=False, done=False, marker=""):
+        return vm._classify(marker, flood, done, rc, "qemu: oops\n", console)
+
+    def test_statuses(self):
+        self.assertEqual(self.classify(15, "mmiolab: exit status 7")[:2], ("exited", 7))
+        self.assertEqual(self.classify(15, "no status line")[:2], ("qemu-error", None))
+        self.assertEqual(self.classify(0)[:2], ("no-status", None))
+        self.assertEqual(self.classify(0, flood=True)[:2], ("flood", None))
+        self.assertEqual(self.classify(15, vm.PANIC_MARK)[:2], ("panic", None))
+        self.assertEqual(self.classify(1, marker="end", done=True)[:2], ("exited", 0))
+        self.assertEqual(self.classify(1, marker="end")[:2], ("unfinished", None))
+        self.assertEqual(self.classify(1, "boot")[2], "boot\n[qemu exited 1: qemu: oops]\n")
+
+
 if __name__ == "__main__":
     unittest.main()

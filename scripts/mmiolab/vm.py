@@ -252,10 +252,10 @@ def _runs_dir() -> str:
     return d
 
 
-def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
-              log_dir: str) -> RunResult:
-    channel_path = os.path.join(log_dir, "channel.log")
-    console_path = os.path.join(log_dir, "console.log")
+def _batch_command(cfg: VMConfig, accel: str, initrd: str, append: list[str], log_dir: str,
+                   channel_path: str, console_path: str) -> list[str]:
+    """A batch run's QEMU command (the console on stdout, the channel to its
+    file), kept in log_dir/qemu.cmd; clears the logs of an earlier run."""
     cmd = qemu_command(cfg, accel, initrd, append)
     for stale in (channel_path, console_path):      # a log folder may be reused
         if os.path.lexists(stale):
@@ -270,38 +270,84 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
             "-serial", "chardev:ch"]
     with open(os.path.join(log_dir, "qemu.cmd"), "w") as f:
         f.write(shlex.join(cmd) + "\n")
+    return cmd
+
+
+def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
+              log_dir: str) -> RunResult:
+    channel_path = os.path.join(log_dir, "channel.log")
+    console_path = os.path.join(log_dir, "console.log")
+    cmd = _batch_command(cfg, accel, initrd, append, log_dir, channel_path, console_path)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    buf = bytearray()
-    state = {"flood": False, "panic_at": None, "boot": None}
+    console = _ConsoleReader(proc, console_path, cfg.console_cap, t0)
+    done = _MarkerWatch(channel_path, cfg.done_marker)
+    status = _watch(proc, cfg, console, done, channel_path, t0)
+    rc, stderr = _reap(proc, console)
+    seconds = time.monotonic() - t0
+    text = console.text()
+    if stderr.strip():
+        with open(os.path.join(log_dir, "qemu.stderr"), "w") as f:
+            f.write(stderr)
+    exit_code = None
+    if status is None:
+        status, exit_code, text = _classify(cfg.done_marker, console.flood, done.seen(), rc,
+                                                stderr, text)
+    return RunResult(status, exit_code, text, _read_channel(channel_path, cfg.console_cap),
+                     seconds, console.boot, accel, console_path)
 
-    def reader():
-        assert proc.stdout
-        with open(console_path, "wb") as log:
+
+class _ConsoleReader:
+    """A thread reading QEMU's stdout (the console) into memory and the console
+    log, at most cap bytes: notes when the harness started (boot) and when a
+    panic appeared; past cap it is a flood and it kills QEMU."""
+
+    def __init__(self, proc: subprocess.Popen, path: str, cap: int, t0: float):
+        self.proc = proc
+        self.path = path
+        self.cap = cap
+        self.t0 = t0
+        self.buf = bytearray()
+        self.flood = False              # also set by _watch (the channel's flood)
+        self.panic_at: float | None = None
+        self.boot: float | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout
+        buf = self.buf
+        with open(self.path, "wb") as log:
             while True:
-                chunk = proc.stdout.read1(65536)
+                chunk = self.proc.stdout.read1(65536)
                 if not chunk:
                     break
-                if len(buf) + len(chunk) > cfg.console_cap:
-                    chunk = chunk[:max(0, cfg.console_cap - len(buf))]
-                    state["flood"] = True
+                if len(buf) + len(chunk) > self.cap:
+                    chunk = chunk[:max(0, self.cap - len(buf))]
+                    self.flood = True
                 buf.extend(chunk)
                 log.write(chunk)
                 log.flush()
-                if state["boot"] is None and b"mmiolab: running:" in buf:
-                    state["boot"] = time.monotonic() - t0
-                if state["panic_at"] is None and PANIC_MARK.encode() in buf:
-                    state["panic_at"] = time.monotonic()
-                if state["flood"]:
-                    proc.kill()
+                if self.boot is None and b"mmiolab: running:" in buf:
+                    self.boot = time.monotonic() - self.t0
+                if self.panic_at is None and PANIC_MARK.encode() in buf:
+                    self.panic_at = time.monotonic()
+                if self.flood:
+                    self.proc.kill()
                     break
 
-    th = threading.Thread(target=reader, daemon=True)
-    th.start()
+    def text(self) -> str:
+        return self.buf.decode(errors="replace")
+
+
+def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
+           done: _MarkerWatch, channel_path: str, t0: float) -> str | None:
+    """Wait for QEMU to end, or end it: at the done marker (returns None), at
+    the timeout ("hang"), a panic QEMU outlives ("panic") or a flood of the
+    channel (console.flood; returns None)."""
     deadline = t0 + cfg.timeout
     status = None
-    done = _MarkerWatch(channel_path, cfg.done_marker)
     while proc.poll() is None:
         now = time.monotonic()
         if done.seen():
@@ -314,52 +360,54 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
             break
         if now > deadline:
             status = "hang"
-        elif state["panic_at"] is not None and now - state["panic_at"] > 5:
+        elif console.panic_at is not None and now - console.panic_at > 5:
             status = "panic"     # panic=-1 should have ended QEMU already
         elif os.path.exists(channel_path) and os.path.getsize(channel_path) > cfg.console_cap:
-            state["flood"] = True
-        if status or state["flood"]:
+            console.flood = True
+        if status or console.flood:
             proc.kill()
             break
         time.sleep(0.05)
+    return status
+
+
+def _reap(proc: subprocess.Popen, console: _ConsoleReader) -> tuple[int, str]:
+    """QEMU's exit code and stderr, once it has ended; closes its pipes."""
     rc = proc.wait()
-    th.join(timeout=5)
+    console.thread.join(timeout=5)
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.stderr:
         proc.stderr.close()
-    if proc.stdout and not th.is_alive():    # the reader is done with it
+    if proc.stdout and not console.thread.is_alive():    # the reader is done with it
         proc.stdout.close()
-    seconds = time.monotonic() - t0
-    console = buf.decode(errors="replace")
-    if stderr.strip():
-        with open(os.path.join(log_dir, "qemu.stderr"), "w") as f:
-            f.write(stderr)
-    exit_code = None
-    if status is None:
-        if state["flood"]:
-            status = "flood"
-        elif PANIC_MARK in console:
-            status = "panic"
-        elif cfg.done_marker:
-            if done.seen():
-                status, exit_code = "exited", 0
-            else:
-                status = "unfinished"
-        elif rc & 1 and f"mmiolab: exit status {rc >> 1}" in console:
-            # isa-debug-exit: QEMU exits (status << 1) | 1; /init printed it too,
-            # which tells a reported status from QEMU's own exit code 1 or 3.
-            status, exit_code = "exited", rc >> 1
-        elif rc == 0:
-            status = "no-status"
-        else:
-            status = "qemu-error"
-            console += f"\n[qemu exited {rc}: {stderr.strip()}]\n"
-    channel = ""
-    if os.path.exists(channel_path):
-        with open(channel_path, "rb") as f:
-            channel = f.read(cfg.console_cap).decode(errors="replace")
-    return RunResult(status, exit_code, console, channel, seconds, state["boot"], accel,
-                     console_path)
+    return rc, stderr
+
+
+def _classify(marker: str, flood: bool, done: bool, rc: int, stderr: str,
+              console: str) -> tuple[str, int | None, str]:
+    """The status of a run QEMU ended by itself (or the flood ended): the status,
+    the guest's exit code, and the console (with QEMU's error appended)."""
+    if flood:
+        return "flood", None, console
+    if PANIC_MARK in console:
+        return "panic", None, console
+    if marker:                       # done: the marker came
+        return ("exited", 0, console) if done else ("unfinished", None, console)
+    if rc & 1 and f"mmiolab: exit status {rc >> 1}" in console:
+        # isa-debug-exit: QEMU exits (status << 1) | 1; /init printed it too,
+        # which tells a reported status from QEMU's own exit code 1 or 3.
+        return "exited", rc >> 1, console
+    if rc == 0:
+        return "no-status", None, console
+    return "qemu-error", None, console + f"\n[qemu exited {rc}: {stderr.strip()}]\n"
+
+
+def _read_channel(path: str, cap: int) -> str:
+    """The harness channel's first cap bytes ("" if the guest never wrote it)."""
+    if not os.path.exists(path):
+        return ""
+    with open(path, "rb") as f:
+        return f.read(cap).decode(errors="replace")
 
 
 class _MarkerWatch:
