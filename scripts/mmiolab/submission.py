@@ -869,53 +869,6 @@ def fingerprint(path: str, allowed: Sequence[str] = (),
     contents of the files named as the lab allows (likewise). A folder of
     thousands of big or sparse files costs a listing, not a read."""
     h = hashlib.sha256()
-    names = set(allowed)
-    seen = [0]
-
-    def file(p: str, cap: int, dir_fd: int | None = None) -> None:
-        try:
-            data = read_regular(p, cap, dir_fd)
-        except OSError as e:
-            h.update(f"unreadable {e.errno}".encode())
-            return
-        h.update(b"more than intake reads" if data is None else data)
-
-    def walk(dfd: int, prefix: str, depth: int) -> None:
-        try:
-            entries = sorted(os.listdir(dfd))
-        except OSError as e:
-            h.update(f"unlistable {e.errno}".encode())
-            return
-        for name in entries:
-            seen[0] += 1
-            if seen[0] > limits.max_members:
-                h.update(b"more entries than intake reads")
-                return
-            h.update(os.fsencode(prefix + name) + b"\0")
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except OSError as e:
-                h.update(f"unstatable {e.errno}".encode())
-                continue
-            h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    h.update(b"link " + os.fsencode(os.readlink(name, dir_fd=dfd)))
-                except OSError:
-                    pass
-            elif stat.S_ISDIR(st.st_mode) and depth < limits.max_depth:
-                try:
-                    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-                except OSError as e:
-                    h.update(f"unopenable {e.errno}".encode())
-                    continue
-                try:
-                    walk(sub, prefix + name + "/", depth + 1)
-                finally:
-                    os.close(sub)
-            elif stat.S_ISREG(st.st_mode) and name in names:
-                file(name, limits.max_file_bytes, dfd)
-
     try:
         st = os.lstat(path)
     except OSError as e:
@@ -926,20 +879,87 @@ def fingerprint(path: str, allowed: Sequence[str] = (),
         except OSError as e:
             return f"unreadable:{e.errno}"
         try:
-            walk(top, "", 0)
+            _FolderDigest(h, set(allowed), limits).walk(top, "", 0)
         finally:
             os.close(top)
     elif stat.S_ISLNK(st.st_mode):
         h.update(b"link " + os.fsencode(os.readlink(path)))
     elif stat.S_ISREG(st.st_mode):
-        h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
-        kind, _ = _kind(path, st)
-        if kind == "file":
-            file(path, limits.max_file_bytes)
-        elif kind != "unknown" and st.st_size <= limits.max_archive_bytes:
-            file(path, limits.max_archive_bytes)
-        else:
-            h.update(f"{kind} of {st.st_size} bytes: intake reads none of it".encode())
+        _digest_single_file(h, path, st, limits)
     else:
         h.update(f"special {stat.S_IFMT(st.st_mode)}".encode())
     return "sha256:" + h.hexdigest()
+
+
+def _digest_contents(h, path: str, cap: int, dir_fd: int | None = None) -> None:
+    """Adds a regular file's bytes to h, or a note that it is past cap or unreadable."""
+    try:
+        data = read_regular(path, cap, dir_fd)
+    except OSError as e:
+        h.update(f"unreadable {e.errno}".encode())
+        return
+    h.update(b"more than intake reads" if data is None else data)
+
+
+def _digest_single_file(h, path: str, st: os.stat_result, limits: IntakeLimits) -> None:
+    """Adds a submission that is one file (a .c file or an archive) to h: its size,
+    and its bytes if intake would read them."""
+    h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
+    kind, _ = _kind(path, st)
+    if kind == "file":
+        _digest_contents(h, path, limits.max_file_bytes)
+    elif kind != "unknown" and st.st_size <= limits.max_archive_bytes:
+        _digest_contents(h, path, limits.max_archive_bytes)
+    else:
+        h.update(f"{kind} of {st.st_size} bytes: intake reads none of it".encode())
+
+
+class _FolderDigest:
+    """Adds a folder submission to h as intake walks it: names, types and sizes,
+    links' targets, and the contents of the files named allowed."""
+
+    def __init__(self, h, allowed: set[str], limits: IntakeLimits):
+        self.h = h
+        self.allowed = allowed
+        self.limits = limits
+        self.seen = 0               # entries, over the whole tree
+
+    def walk(self, dfd: int, prefix: str, depth: int) -> None:
+        try:
+            entries = sorted(os.listdir(dfd))
+        except OSError as e:
+            self.h.update(f"unlistable {e.errno}".encode())
+            return
+        for name in entries:
+            self.seen += 1
+            if self.seen > self.limits.max_members:
+                self.h.update(b"more entries than intake reads")
+                return
+            self._entry(dfd, prefix, name, depth)
+
+    def _entry(self, dfd: int, prefix: str, name: str, depth: int) -> None:
+        h = self.h
+        h.update(os.fsencode(prefix + name) + b"\0")
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            h.update(f"unstatable {e.errno}".encode())
+            return
+        h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                h.update(b"link " + os.fsencode(os.readlink(name, dir_fd=dfd)))
+            except OSError:
+                pass
+        elif stat.S_ISDIR(st.st_mode) and depth < self.limits.max_depth:
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+            except OSError as e:
+                h.update(f"unopenable {e.errno}".encode())
+                return
+            try:
+                self.walk(sub, prefix + name + "/", depth + 1)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(st.st_mode) and name in self.allowed:
+            _digest_contents(h, name, self.limits.max_file_bytes, dfd)
