@@ -238,6 +238,35 @@ class PackTest(unittest.TestCase):
         self.assertIs(doc["gradable"], False)
 
 
+class ReadMemberTest(unittest.TestCase):
+    """The graders' packs read a kit file through gradescope.read_member: a link
+    stays inside the kit and out of the answers; lab.toml as students get it."""
+
+    def test_links_and_lab_toml(self):
+        from mmiolab import gradescope
+        from mmiolab.handout import HandoutError
+        root = tempfile.mkdtemp(prefix="read-member-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, root)
+        lab = os.path.join(root, "labs", "doorbell")
+        os.makedirs(os.path.join(lab, "solutions"))
+        for name in ("ok.c", "solutions/fix.c"):
+            with open(os.path.join(lab, name), "w") as f:
+                f.write(name)
+        os.symlink("ok.c", os.path.join(lab, "inside.c"))
+        os.symlink("solutions/fix.c", os.path.join(lab, "answer.c"))
+        os.symlink("/etc/hostname", os.path.join(lab, "outside.c"))
+        shutil.copy(os.path.join(ROOT, "labs", "doorbell", "lab.toml"), lab)
+        data, src = gradescope.read_member(root, "labs/doorbell/inside.c", "a grader")
+        self.assertEqual((data, src), (b"ok.c", os.path.realpath(os.path.join(lab, "ok.c"))))
+        self.assertIsNone(gradescope.read_member(root, "labs/doorbell/none.c", "a grader"))
+        for name in ("answer.c", "outside.c"):
+            with self.assertRaisesRegex(HandoutError, "which a grader cannot carry"):
+                gradescope.read_member(root, f"labs/doorbell/{name}", "a grader")
+        toml, _ = gradescope.read_member(root, "labs/doorbell/lab.toml", "a grader")
+        with open(os.path.join(lab, "lab.toml"), "rb") as f:
+            self.assertNotEqual(toml, f.read())    # the student's lab.toml
+
+
 class EndToEndTest(unittest.TestCase):
     def test_the_starter_graded_through_the_entrypoint(self):
         """The doorbell starter, graded as PrairieLearn would run the packed image:

@@ -61,25 +61,35 @@ def _in_hidden(spec: LabSpec, path: str) -> bool:
     return path.startswith(os.path.join("labs", spec.name, HIDDEN) + os.sep)
 
 
+def read_member(root: str, path: str, carrier: str) -> tuple[bytes, str] | None:
+    """A kit file's bytes as an autograder carries it (lab.toml as students get
+    it) and the file read, whose mode it keeps; None if it is not a file. A
+    link must stay inside the kit and out of the answers."""
+    src = os.path.join(root, path)
+    if os.path.islink(src):
+        real = os.path.realpath(src)
+        if not real.startswith(os.path.realpath(root) + os.sep) or \
+                set(os.path.relpath(real, root).split(os.sep)) & set(ANSWER_DIRS):
+            raise HandoutError(f"{path}: links to {real}, which {carrier} cannot carry")
+        src = real
+    if not os.path.isfile(src):
+        return None
+    with open(src, "rb") as f:
+        data = f.read()
+    if os.path.basename(path) == "lab.toml":
+        data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
+    return data, src
+
+
 def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool = False) -> str:
     """Write out_dir/mmiolab-LAB-autograder.zip (atomically); returns its path."""
     when = time.localtime(max(kit_time(root), 315532800))[:6]      # zip dates start in 1980
     entries: list[tuple[str, bytes, int]] = []
     for path in zip_members(spec, root):
-        src = os.path.join(root, path)
-        if os.path.islink(src):
-            real = os.path.realpath(src)
-            if not real.startswith(os.path.realpath(root) + os.sep) or \
-                    set(os.path.relpath(real, root).split(os.sep)) & set(ANSWER_DIRS):
-                raise HandoutError(f"{path}: links to {real}, which an autograder cannot carry")
-            src = real
-        if not os.path.isfile(src):
-            continue
-        with open(src, "rb") as f:
-            data = f.read()
-        if os.path.basename(path) == "lab.toml":
-            data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
-        entries.append((path, data, 0o755 if os.access(src, os.X_OK) else 0o644))
+        member = read_member(root, path, "an autograder")
+        if member is not None:
+            data, src = member
+            entries.append((path, data, 0o755 if os.access(src, os.X_OK) else 0o644))
     built = prebuilt(root)
     for name, src in built.files:
         with open(src, "rb") as f:

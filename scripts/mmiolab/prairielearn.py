@@ -220,87 +220,104 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
          allow_unconfined: bool = False) -> str:
     """Write out_dir/LAB/ (replacing it): question/ for the course's questions/
     folder, grader-image/ to build the image from. Returns out_dir/LAB."""
-    # The instructor's side only: the image's grader never imports these.
-    from . import gradescope
-    from .handout import ANSWER_DIRS, HandoutError, prebuilt, student_toml
-
     final = os.path.join(out_dir, spec.name)
     tmp = final + ".part"
     shutil.rmtree(tmp, ignore_errors=True)
     question = os.path.join(tmp, "question")
     image_dir = os.path.join(tmp, "grader-image")
     kit = os.path.join(image_dir, "kit")
+    has_hidden = _put_kit_files(spec, root, kit, os.path.join(question, "tests", "hidden"))
+    _put_prebuilt(root, kit)
+    _put_question(spec, question, image or DEFAULT_IMAGE.format(lab=spec.name))
+    _put_image_files(spec, image_dir, has_hidden, allow_unconfined)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
+
+
+def _put(path: str, data: bytes, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+
+
+def _mode_of(src: str) -> int:
+    return 0o755 if os.access(src, os.X_OK) else 0o644
+
+
+def _put_kit_files(spec: Any, root: str, kit: str, hidden_out: str) -> bool:
+    """The autograder's files (no answers): the hidden tests into hidden_out (the
+    course repository's question, not the public image), the rest into kit.
+    Whether there were hidden tests."""
+    # The instructor's side only: the image's grader never imports these.
+    from . import gradescope
+    from .handout import ANSWER_DIRS, HandoutError
+
     hidden = _hidden_dir(spec)
-
-    def put(path: str, data: bytes, mode: int = 0o644) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
-        os.chmod(path, mode)
-
-    def mode_of(src: str) -> int:
-        return 0o755 if os.access(src, os.X_OK) else 0o644
-
     has_hidden = False
-    for path in gradescope.zip_members(spec, root):     # the autograder's files: no answers
+    for path in gradescope.zip_members(spec, root):
         if set(path.split(os.sep)) & set(ANSWER_DIRS):
             raise HandoutError(f"{path}: an answer, which a grader cannot carry")
-        src = os.path.join(root, path)
-        if os.path.islink(src):                  # as gradescope.pack: only links inside the kit
-            real = os.path.realpath(src)
-            if not real.startswith(os.path.realpath(root) + os.sep) or \
-                    set(os.path.relpath(real, root).split(os.sep)) & set(ANSWER_DIRS):
-                raise HandoutError(f"{path}: links to {real}, which a grader cannot carry")
-            src = real
-        if not os.path.isfile(src):
+        member = gradescope.read_member(root, path, "a grader")
+        if member is None:
             continue
-        with open(src, "rb") as f:
-            data = f.read()
-        if os.path.basename(path) == "lab.toml":
-            data = student_toml(data.decode(), path.split(os.sep)[1]).encode()
+        data, src = member
         if path.startswith(hidden):
-            # Course repository, not the public image: /grade/tests/hidden/ at grading time.
-            put(os.path.join(question, "tests", "hidden", path[len(hidden):]), data, mode_of(src))
+            # /grade/tests/hidden/ at grading time.
+            _put(os.path.join(hidden_out, path[len(hidden):]), data, _mode_of(src))
             has_hidden = True
         else:
-            put(os.path.join(kit, path), data, mode_of(src))
-    # The lab kernel and initramfs, built (as the Gradescope zip carries them):
-    # the image builds no kernel.
+            _put(os.path.join(kit, path), data, _mode_of(src))
+    return has_hidden
+
+
+def _put_prebuilt(root: str, kit: str) -> None:
+    """The lab kernel and initramfs, built (as the Gradescope zip carries them):
+    the image builds no kernel."""
+    from .handout import prebuilt
+
     built = prebuilt(root)
     for name, src in built.files:
         os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
         shutil.copyfile(src, os.path.join(kit, name))
-        os.chmod(os.path.join(kit, name), mode_of(src))
+        os.chmod(os.path.join(kit, name), _mode_of(src))
     for name, data in built.generated.items():
-        put(os.path.join(kit, name), data)
+        _put(os.path.join(kit, name), data)
     for name, target in built.links:             # a folder, unlike a zip, keeps links
         os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
         os.symlink(target, os.path.join(kit, name))
+
+
+def _put_question(spec: Any, question: str, image: str) -> None:
+    """The question's info.json, question.html and the starter files its editors open."""
     editors = []
     for name in spec.files:
         starter = os.path.join(spec.dir, "starter", name)
         if os.path.isfile(starter):
             with open(starter, "rb") as f:
-                put(os.path.join(question, "clientFilesQuestion", name), f.read())
+                _put(os.path.join(question, "clientFilesQuestion", name), f.read())
             editors.append(fill("prairielearn-editor.html", name=name))
         else:
             editors.append(f'  <pl-file-editor file-name="{name}" '
                            f'ace-mode="ace/mode/c_cpp"></pl-file-editor>')
-    doc = info_json(spec, image or DEFAULT_IMAGE.format(lab=spec.name))
-    put(os.path.join(question, "info.json"), (json.dumps(doc, indent=2) + "\n").encode())
-    put(os.path.join(question, "question.html"), fill(
+    doc = info_json(spec, image)
+    _put(os.path.join(question, "info.json"), (json.dumps(doc, indent=2) + "\n").encode())
+    _put(os.path.join(question, "question.html"), fill(
         "prairielearn-question.html", lab=spec.name,
         title=html.escape(spec.title, quote=False), editors="\n".join(editors)).encode())
+
+
+def _put_image_files(spec: Any, image_dir: str, has_hidden: bool,
+                     allow_unconfined: bool) -> None:
+    """The grader image's entrypoint and Dockerfile."""
     flags = " --allow-unconfined-build" if allow_unconfined else ""
-    put(os.path.join(image_dir, "entrypoint.sh"), fill(
+    _put(os.path.join(image_dir, "entrypoint.sh"), fill(
         "prairielearn-entrypoint.sh", lab=spec.name, kit=KIT_IN_IMAGE, flags=flags,
         has_hidden="yes" if has_hidden else "no").encode(), 0o755)
-    put(os.path.join(image_dir, "Dockerfile"), fill(
+    _put(os.path.join(image_dir, "Dockerfile"), fill(
         "prairielearn-Dockerfile", lab=spec.name, kit=KIT_IN_IMAGE,
         entrypoint=ENTRYPOINT).encode())
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return final
 
 
 def default_out() -> str:
