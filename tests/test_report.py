@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import xml.etree.ElementTree as ET
 from unittest import mock
@@ -323,6 +324,19 @@ def _append_rows(args):
     return worker
 
 
+def _count_under_lock(args):
+    """Adds 1 to the number in path, n times, each a read and a write under the
+    gradebook's lock: a lost update means two holders at once."""
+    path, n = args
+    for _ in range(n):
+        with gradebook._locked(path):
+            with open(path) as f:
+                value = int(f.read() or 0)
+            time.sleep(0.0005)
+            with open(path, "w") as f:
+                f.write(str(value + 1))
+
+
 class GradebookTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -377,6 +391,21 @@ class GradebookTest(unittest.TestCase):
         with ctx.Pool(4) as pool:
             pool.map(_append_rows, [(self.book, w) for w in range(4)])
         self.assertEqual(len(self.rows()), 20)
+        self.assertEqual(os.listdir(self.d), ["gradebook.csv"])    # no lock file left
+
+    def test_lock_file_is_removed_and_still_excludes(self):
+        """The lock file goes on release; a writer that waited on the removed one
+        must not count as holding the lock (mutual exclusion is kept)."""
+        counter = os.path.join(self.d, "counter")
+        open(counter, "w").close()
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(4) as pool:
+            pool.map(_count_under_lock, [(counter, 100)] * 4)
+        with open(counter) as f:
+            self.assertEqual(f.read(), "400")
+        self.assertFalse(os.path.exists(counter + ".lock"))
+        gradebook.merge([], self.book)
+        self.assertFalse(os.path.exists(self.book + ".lock"))
 
     def make_shard(self, name, students, host, when):
         shard = os.path.join(self.d, name)

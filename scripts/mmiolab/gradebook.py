@@ -85,14 +85,40 @@ class MergeReport:
 
 @contextmanager
 def _locked(path: str) -> Iterator[None]:
-    """One writer at a time per gradebook on this host (parallel graders append)."""
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """One writer at a time per gradebook on this host (parallel graders append).
+    The lock file, path.lock, is removed on release, while still held. So a
+    writer that gets the lock then checks that the file it locked is still the
+    one at path.lock: if not, it waited on a removed file, which locks nothing
+    any more, and it starts again."""
+    lock = path + ".lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, lock):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)                    # closing also unlocks
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass                        # stays; the next writer uses it as it is
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        st = os.stat(path)          # as os.open found it
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
 def read_gradebook(path: str) -> tuple[list[str], list[dict[str, str]]]:
