@@ -19,6 +19,7 @@ import base64
 import os
 import random
 import re
+import shutil
 import tempfile
 import unittest
 import zlib
@@ -213,6 +214,7 @@ class FuzzTest(unittest.TestCase):
     def test_fuzz_under_the_caps(self):
         rng = random.Random(2424)
         out = tempfile.mkdtemp(prefix="fuzz-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         for label, channel, console in adversarial_outputs(rng):
             with self.subTest(label):
                 g = guestout.read_bounded(channel, console, NONCE, out, "fuzz",
