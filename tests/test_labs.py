@@ -11,6 +11,7 @@ doorbell lab's extra fabrics (pc, 5.2) are in tests/test_doorbell.py.
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,11 @@ SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "10")) + 1))
 # stops at its first failure); correct ones run fewer here, to keep make check
 # short: scripts/labstats measures them at the grader's count.
 GOOD_CMDS = int(os.environ.get("MMIOLAB_LAB_CMDS", "3000"))
+# Keys the labs' test programs print that describe a run, not what went wrong
+# in it: they need no words in a lab's [phrases].
+RUN_FACTS = {"seed", "cpus", "cpu", "irq_cpu", "cycles", "wait_us", "settle_us", "commands",
+             "completed", "seconds", "first_failure_at", "reads_per_cmd", "mmiowbs_per_cmd",
+             "throughput_cps", "flush", "fraction"}
 
 
 class LabClaims:
@@ -93,6 +99,12 @@ class LabClaims:
         self.assertTrue(self.spec.phrases)
         for key in self.spec.phrases:
             self.assertRegex(programs, rf"\b{key}=%", key)
+        # ...and every key they print has words, unless it describes the run
+        # (RUN_FACTS): a failed test's "why" line names what went wrong.
+        printed = set(re.findall(r"\b([a-z][a-z0-9_]*)=%", programs))
+        self.assertGreater(len(printed), len(self.spec.phrases))
+        self.assertEqual(printed - RUN_FACTS - set(self.spec.phrases), set(),
+                         "keys with no [phrases] words (or add a run fact to RUN_FACTS)")
 
     # -- in the guest
     def test_starter_fails_solutions_and_correct_variants_pass(self):

@@ -570,5 +570,19 @@ class PipelineTest(StageCase):
         self.assertEqual(doc["extra_data"]["mmiolab"]["submission"], "submission.c")
 
 
+class PlainWordsTest(unittest.TestCase):
+    def test_the_posting_complete_test_says_why(self):
+        """The posting starter can fail the complete test on the card's interrupt
+        alone (int_on_after_stop): the why line names it."""
+        from mmiolab import ktap
+        t = ktap.parse("KTAP version 1\n1..2\nok 1 load_unload\n"
+                       "# complete: seed=1 cycles=1 int_on_after_stop=1 irqs_after_stop=0 "
+                       "late_irqs=0 lost=0 bad=0 errors=0\nnot ok 2 complete\n"
+                       ).expect(["complete"])["complete"]
+        self.assertEqual(stages.plain_words(t, labspec.load_lab("posting").phrases),
+                         ["complete: 1 sessions whose STOP returned before the interrupt "
+                          "disable had reached the card"])
+
+
 if __name__ == "__main__":
     unittest.main()
