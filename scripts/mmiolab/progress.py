@@ -72,8 +72,7 @@ def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
                 last = el
                 msg = f"mmiolab: {label}: {int(el) // 60}m{int(el) % 60:02d}s"
                 if count_prefix:
-                    msg += f", {count}" + (f" of about {count_about}" if count_about else "")
-                    msg += " files compiled"
+                    msg += ", " + compiled(count, count_about)
                 print(("\r" + msg + "   ") if tty else msg, end="" if tty else "\n", flush=True)
 
     th = threading.Thread(target=ticker, daemon=True)
@@ -95,6 +94,14 @@ def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
         with open(log, errors="replace") as lf:
             lines = lf.readlines()[-tail:]
         raise CommandError(f"{label} failed (exit {rc}); last lines of {log}:\n" + "".join(lines))
+
+
+def compiled(count: int, about: int) -> str:
+    """'N of about M files compiled'; past M (an estimate: the count of the
+    host it was measured on), 'N files compiled'."""
+    if about and count <= about:
+        return f"{count} of about {about} files compiled"
+    return f"{count} files compiled"
 
 
 # The progress lines of scripts/demo and the kit (progress.step) that make a phase.
