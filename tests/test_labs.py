@@ -173,6 +173,42 @@ class StyleTest(unittest.TestCase):
                                  res.stdout)
 
 
+class LabstatsBudgetTest(unittest.TestCase):
+    """labstats --budget: a row's guest stopped at its budget counts the seeds
+    that reported, marked partial (the guest and the build faked)."""
+
+    def run_variant(self, **kw):
+        from types import SimpleNamespace
+        from unittest import mock
+        from mmiolab import labtest, lab, vm
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
+        with open(os.path.join(data, "pass.channel.log")) as f:
+            channel = "".join(f.readlines()[:14])          # seeds 1 and 2 of 3 reported
+        result = vm.RunResult("hang", None, "", channel, 10.0, 1.0, "tcg", "console.log")
+        calls = []
+
+        def run_guest(spec, ko, seeds, log_dir, **opts):
+            calls.append(opts["timeout"])
+            return lab.Run(seeds, "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38", result)
+        with mock.patch.object(labtest, "build_driver", return_value=SimpleNamespace(ko="x.ko")), \
+                mock.patch.object(labtest.stages, "run_guest", run_guest):
+            tally = labtest.run_variant(load_lab("doorbell"), "starter", [1, 2, 3], **kw)["race"]
+        return tally, calls[0]
+
+    def test_a_stopped_row_counts_what_reported(self):
+        t, timeout = self.run_variant(stop_after=10)
+        self.assertEqual(timeout, 10)
+        self.assertEqual((t.runs, t.failed, t.of, t.partial), (2, 0, 3, True))
+        self.assertEqual(t.partial_note(), "  partial: 2 of 3 seeds, stopped at the budget")
+
+    def test_without_a_budget_a_hang_fails_every_seed(self):
+        t, timeout = self.run_variant()
+        self.assertEqual(timeout, 60)              # doorbell's run_timeout, 3 seeds
+        self.assertEqual((t.runs, t.failed, t.partial, t.partial_note()), (3, 3, False, ""))
+        t, timeout = self.run_variant(stop_after=600)     # past the time limit: no budget
+        self.assertEqual((timeout, t.failed, t.partial), (60, 3, False))
+
+
 class DoorbellLabTest(LabClaims, unittest.TestCase):
     LAB = "doorbell"
 

@@ -34,6 +34,16 @@ class Tally:
     throughput: list[float]
     seconds: float
     failures: dict[int, list[str]]  # per failing seed: its diagnostics, to say why
+    of: int = 0                   # partial: the seeds asked for (runs: those that reported)
+
+    @property
+    def partial(self) -> bool:
+        return self.of > self.runs
+
+    def partial_note(self) -> str:
+        """For a table row: "" or what a row stopped at its time budget counts."""
+        return (f"  partial: {self.runs} of {self.of} seeds, stopped at the budget"
+                if self.partial else "")
 
     def why(self) -> str:
         """The failing seeds' diagnostics, for an assertion message."""
@@ -82,7 +92,9 @@ def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
 
 
 def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce: str,
-             seconds: float, hidden: bool = False) -> dict[str, Tally]:
+             seconds: float, hidden: bool = False, partial: bool = False) -> dict[str, Tally]:
+    """A Tally per per-seed test. A seed with no result failed, unless partial
+    (a run stopped at its time budget): then only the seeds that reported count."""
     parsed = ktap.parse(channel, nonce=nonce)
     tallies = {}
     for graded in spec.per_seed_tests:
@@ -91,7 +103,8 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
         test = parsed.root.find(graded.name)
         runs = {t.name: t for t in (test.subtests if test else [])}
         failed, first, thr, why = 0, [], [], {}
-        for s in seeds:
+        reported = [s for s in seeds if f"seed_{s}" in runs] if partial else seeds
+        for s in reported:
             t = runs.get(f"seed_{s}")
             if t is None or not t.status.ok:
                 failed += 1
@@ -102,8 +115,8 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
                     first.append(int(vals["first_failure_at"]))
                 if "throughput_cps" in vals:
                     thr.append(float(vals["throughput_cps"]))
-        tallies[graded.name] = Tally(variant, graded.name, len(seeds), failed, first, thr,
-                                     seconds, why)
+        tallies[graded.name] = Tally(variant, graded.name, len(reported), failed, first, thr,
+                                     seconds, why, len(seeds) if partial else 0)
     return tallies
 
 
@@ -177,11 +190,17 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
                 cmds: int = 10000, timeout: float | None = None,
-                hidden: bool = False) -> dict[str, Tally]:
+                hidden: bool = False, stop_after: float | None = None) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one
     guest under the lab's fabric (plus `append`); a Tally per per-seed test.
-    hidden: the lab's hidden tests instead, in their own guest and fabric."""
+    hidden: the lab's hidden tests instead, in their own guest and fabric.
+    stop_after: a time budget (seconds) shorter than the run's time limit: a
+    guest still running then is stopped, and the Tallies count the seeds that
+    reported (Tally.partial)."""
     timeout = timeout or budget(spec, seeds)
+    cut = stop_after is not None and stop_after < timeout
+    if cut:
+        timeout = stop_after
     base = os.path.join(BUILD, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
@@ -195,9 +214,10 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
         run = stages.run_guest(spec, built.ko, seeds, log_dir, hidden=hidden, cmds=cmds,
                                append=list(append or []), timeout=timeout,
                                console_cap=vm.VMConfig.console_cap)
+    stopped = cut and run.result.status == "hang"
     tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds,
-                       hidden)
-    if run.result.status != "exited":
+                       hidden, partial=stopped)
+    if run.result.status != "exited" and not stopped:
         # A hang or a crash fails every seed, as the grader counts it.
         for t in tallies.values():
             t.failed = t.runs
