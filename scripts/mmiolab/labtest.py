@@ -34,11 +34,13 @@ class Tally:
     throughput: list[float]
     seconds: float
     failures: dict[int, list[str]]  # per failing seed: its diagnostics, to say why
-    of: int = 0                   # partial: the seeds asked for (runs: those that reported)
+    of: int = 0                   # a run stopped at its budget: the seeds asked for
 
     @property
     def partial(self) -> bool:
-        return self.of > self.runs
+        """The guest was stopped at its time budget: runs are the seeds that
+        reported (all of them, if what did not finish came after)."""
+        return self.of > 0
 
     def partial_note(self) -> str:
         """For a table row: "" or what a row stopped at its time budget counts."""
