@@ -50,12 +50,13 @@ bench: kernel initramfs
 	@$(MMIOLAB) bench
 
 ## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n,
-##                  ONLY='fixture:*' for some rows); the table goes to build/labstats.txt too
+##                  ONLY='fixture:*' for some rows, BUDGET=s to stop a row's guest after
+##                  s seconds: a partial row); the table goes to build/labstats.txt too
 LABS := $(notdir $(patsubst %/lab.toml,%,$(wildcard labs/*/lab.toml)))
 labstats: full-kit kernel initramfs
 	@set -o pipefail; for lab in $(or $(LAB),$(LABS)); do \
 		$(MMIOLAB) labstats --lab $$lab --seeds $(or $(SEEDS),100) \
-			$(foreach p,$(ONLY),--only '$(p)') || exit 1; \
+			$(foreach p,$(ONLY),--only '$(p)') $(if $(BUDGET),--budget $(BUDGET)) || exit 1; \
 	done | tee $(BUILD)/labstats.txt
 
 ## make bisect     build every prefix of the patch series (slow; not part of check)
