@@ -363,10 +363,16 @@ class LabCodeTest(unittest.TestCase):
             body = starter[starter.index(sig):]
             body = body[:body.index(last) + len(last)]
             self.assertIn(body, code, f"{sig}: not on the page as in the starter")
-        # The solutions, as diffs against the starter, named from the kit's root.
-        self.assertIn("+++ labs/doorbell/solutions/mmiowb/ringdrv.c", text)
+        # The solutions, as the patches to the starter that the kit keeps, whole.
+        names = sorted(f for f in os.listdir(os.path.join(LAB, "solutions"))
+                       if f.endswith(".patch"))
+        self.assertEqual(names, ["mmiowb.patch", "readback.patch"])
+        for name in names:
+            with open(os.path.join(LAB, "solutions", name), encoding="utf-8") as f:
+                patch = f.read()
+            self.assertIn(f"labs/doorbell/solutions/{name}", text)
+            self.assertIn(patch.strip(), code, f"solutions/{name} is not on the page whole")
         self.assertIn("+\tmmiowb();", text)
-        self.assertIn("+++ labs/doorbell/solutions/readback/ringdrv.c", text)
         self.assertIn("+\treadl(rd->regs + MMIOSIM_RING_CONSUMER);", text)
         self.assertNotIn(ROOT + os.sep, page, "an absolute path of this machine leaked")
         # Every wrong-fix fixture and correct variant, named with its why.

@@ -431,7 +431,7 @@ class ExploreVMTest(unittest.TestCase):
                                            if ln.startswith("Found:"))[:200])
 
     def test_doorbell_reference_fix_shows_none(self):
-        fix = os.path.join(ROOT, "labs", "doorbell", "solutions", "mmiowb", "ringdrv.c")
+        fix = load_lab("doorbell").solution_source("mmiowb")
         text, out = self.explore("doorbell", fix)
         self.assertIn("built from " + fix, text.replace("\r", "").replace("\n", " "))
         self.assertRegex(text, r"the card counted 0 stale doorbells")

@@ -15,9 +15,11 @@ import zipfile
 import xml.etree.ElementTree as ET
 
 from mmiolab import BUILD, ROOT
+from mmiolab.labspec import load_lab
 from vmtest import need_guest, report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
+DOORBELL = load_lab("doorbell")
 GRADE = os.path.join(ROOT, "scripts", "grade")
 SCRATCH = os.path.join(BUILD, "scratch")
 
@@ -38,8 +40,8 @@ PROBE_END = "\tdev_info(dev, \"ring of %d descriptors, irq %d\\n\", RING_ENTRIES
 # Each: student id -> (ringdrv.c text or None for special set-up, expected outcome)
 CLASS = {
     "starter": (starter(), "race fails"),
-    "mmiowb": (open(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c")).read(), "full marks"),
-    "readback": (open(os.path.join(LAB, "solutions", "readback", "ringdrv.c")).read(), "cost partial"),
+    "mmiowb": (open(DOORBELL.solution_source("mmiowb")).read(), "full marks"),
+    "readback": (open(DOORBELL.solution_source("readback")).read(), "cost partial"),
     "syntax-error": (mutate("static int ringdrv_probe", "static int ringdrv_probe oops"),
                      "build-failed"),
     "forbidden": (mutate(PROBE_END, PROBE_END + "\tmmiosim_flush();\n"), "forbidden-symbols"),
@@ -287,8 +289,8 @@ def _answer_lines(spec) -> set[str]:
     with open(os.path.join(spec.dir, "starter", main)) as f:
         starter = {line.strip() for line in f}
     out = set()
-    for sol in os.listdir(os.path.join(spec.dir, "solutions")):
-        with open(os.path.join(spec.dir, "solutions", sol, main)) as f:
+    for sol in spec.solutions:
+        with open(spec.solution_source(sol)) as f:
             out |= {line.strip() for line in f if len(line.strip()) > 8
                     and line.strip() not in starter}
     return out
@@ -407,7 +409,7 @@ class GradescopeTest(unittest.TestCase):
         self.assertIn("module builds are confined", res.stdout)
         shutil.copy(os.path.join(root, "source", "run_autograder"), root)
         os.makedirs(os.path.join(root, "submission"))
-        shutil.copy(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c"),
+        shutil.copy(DOORBELL.solution_source("mmiowb"),
                     os.path.join(root, "submission", "ringdrv.c"))
         # The zip's own prebuilt kernel and initramfs, not the kit's build/.
         env = {k: v for k, v in os.environ.items() if k != "MMIOLAB_BUILD"}

@@ -24,7 +24,7 @@ def _added_lines(spec, solution: str) -> set[str]:
     main = spec.files[0]
     with open(os.path.join(spec.dir, "starter", main)) as f:
         starter = {line.strip() for line in f}
-    with open(os.path.join(spec.dir, "solutions", solution, main)) as f:
+    with open(spec.solution_source(solution)) as f:
         return {line.strip() for line in f
                 if len(line.strip()) > 8 and line.strip() not in starter}
 
@@ -78,7 +78,7 @@ class HandoutTest(unittest.TestCase):
                 self.assertNotIn("solutions", parts[3:], member)
                 self.assertNotIn("fixtures", parts[3:], member)
             answers = set()
-            for sol in os.listdir(os.path.join(spec.dir, "solutions")):
+            for sol in spec.solutions:
                 answers |= _added_lines(spec, sol)
             self.assertTrue(answers, name)
             for member, data in files.items():

@@ -32,6 +32,13 @@ from mmiolab.lab import confinement, kernel_tree, scratch_root
 from vmtest import report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
+# The reference solution as the kit keeps it (a patch) and as its tools make it
+# (a file under build/): a hostile build must see neither.
+SOLUTION_PATCH = os.path.join(LAB, "solutions", "mmiowb.patch")
+
+
+def solution_file() -> str:
+    return labspec.load_lab("doorbell").solution_source("mmiowb")
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -154,6 +161,8 @@ class SandboxTest(unittest.TestCase):
             "kernel tree read-only": f"touch {kernel.OBJ}/x 2>/dev/null || echo refused",
             "kit hidden": f"test -e {ROOT}/labs || echo hidden",
             "solutions hidden": f"ls {LAB}/solutions 2>/dev/null || echo hidden",
+            "made solutions hidden": f"ls {os.path.dirname(solution_file())} 2>/dev/null "
+                                     "|| echo hidden",
             "host files hidden": "test -e /etc/passwd || test -e /etc/shadow || echo hidden",
             "no /proc": "test -e /proc/self || echo none",
             "no /home, /root, /tmp": "test -e /home || test -e /root || test -e /tmp || echo none",
@@ -167,7 +176,8 @@ class SandboxTest(unittest.TestCase):
         }
         want = {"uid": str(sandbox.SANDBOX_UID), "kernel tree readable": "yes",
                 "kernel tree read-only": "refused", "kit hidden": "hidden",
-                "solutions hidden": "hidden", "host files hidden": "hidden",
+                "solutions hidden": "hidden", "made solutions hidden": "hidden",
+                "host files hidden": "hidden",
                 "no /proc": "none", "no /home, /root, /tmp": "none", "writable folder": "yes",
                 "stdin is /dev/null": "eof", "no network": "lo\n101",    # only lo; ENETUNREACH
                 "no more user namespaces": "refused"}
@@ -255,7 +265,7 @@ def starter() -> str:
 
 
 def solution() -> str:
-    with open(os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c")) as f:
+    with open(solution_file()) as f:
         return f.read()
 
 
@@ -411,9 +421,11 @@ def folder_named(name, text):
 
 def relative_probe() -> str:
     lines = []
+    made = os.path.relpath(solution_file(), ROOT)       # build/labs/doorbell/solutions/...
     for k in range(9):
-        for rel in ("solutions/mmiowb/ringdrv.c", "labs/doorbell/solutions/mmiowb/ringdrv.c",
-                    "doorbell/solutions/mmiowb/ringdrv.c"):
+        for rel in ("solutions/mmiowb.patch", "labs/doorbell/solutions/mmiowb.patch",
+                    "doorbell/solutions/mmiowb.patch", made,
+                    made.split(os.sep, 1)[1], made.split(os.sep, 2)[2]):
             p = "../" * k + rel
             lines += [f'#{"if" if not lines else "elif"} __has_include("{p}")', f'#include "{p}"']
     return "\n".join(lines) + '\n#else\n#error "no solution visible"\n#endif\n'
@@ -487,7 +499,7 @@ def all_of(*checks):
 
 
 def corpus() -> list[Case]:
-    sol = os.path.join(LAB, "solutions", "mmiowb", "ringdrv.c")
+    sol = solution_file()
     shadow_like = "root:"
     C = [
         # -- intake: crafted archives
@@ -516,6 +528,8 @@ def corpus() -> list[Case]:
              "build-failed", c_file(relative_probe()), says("no solution visible")),
         Case("#include the solution by absolute path", "build-failed",
              c_file(f'#include "{sol}"\n'), no_text("mmiowb();")),
+        Case("#include the solution's patch by absolute path", "build-failed",
+             c_file(f'#include "{SOLUTION_PATCH}"\n'), no_text("mmiowb();", "Solution (")),
         Case("#include </etc/shadow>", "build-failed", c_file("#include </etc/shadow>\n"),
              no_text(shadow_like)),
         Case(".incbin the solution and print it from probe()", "build-failed",
@@ -706,7 +720,7 @@ class CorpusTest(unittest.TestCase):
         # What a hostile build would want to change (the answers), what it was
         # given (the class folder), and a bystander. (Not all of labs/: others
         # may be editing it while the suite runs.)
-        watched = [cls.klass, cls.sentinel] + [
+        watched = [cls.klass, cls.sentinel, os.path.dirname(solution_file())] + [
             os.path.join(ROOT, "labs", lab, d) for lab in labspec.lab_names()
             for d in ("solutions", "fixtures")]
         cls.before = {w: tree_state(w) for w in watched}

@@ -19,7 +19,7 @@ import unittest
 
 from mmiolab import BUILD, kernel
 from mmiolab.grade import GradeOptions, grade_batch
-from mmiolab.labspec import LABS_DIR, lab_names, load_lab
+from mmiolab.labspec import LABS_DIR, apply_patch, lab_names, load_lab
 from mmiolab.labtest import patches, run_variants, variant_source, variants
 from vmtest import fixture_floor, need_guest, report
 
@@ -67,7 +67,7 @@ class LabClaims:
                     work = os.path.join(tmp, name)
                     os.makedirs(work)
                     src = variant_source(self.spec, v, work)    # patch -F0 must apply
-                    with open(self.spec.fixture_base_path) as a, open(src) as b:
+                    with open(self.spec.fixture_base_source()) as a, open(src) as b:
                         self.assertNotEqual(a.read(), b.read())
                     folder = "fixtures" if kind == "fixture" else "correct"
                     with open(os.path.join(self.spec.dir, folder, name + ".patch")) as f:
@@ -83,6 +83,22 @@ class LabClaims:
                                  text=True)
             self.assertEqual(res.returncode, 0, res.stdout)
         self.assertTrue(self.spec.hidden_tests, "every lab has hidden tests")
+
+    def test_solutions_apply_to_the_starter(self):
+        """Every solutions/NAME.patch applies to the starter as it is now
+        (patch -F0: no fuzz) and says first what it is."""
+        self.assertTrue(self.spec.solutions)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in self.spec.solutions:
+                with self.subTest(solution=name):
+                    with open(self.spec.solution_patch(name)) as f:
+                        self.assertTrue(f.readline().startswith(f"Solution ({name}): "),
+                                        "a one-line why first")
+                    dest = os.path.join(tmp, name, self.spec.files[0])
+                    os.makedirs(os.path.dirname(dest))
+                    apply_patch(self.spec.starter, self.spec.solution_patch(name), dest)
+                    with open(dest) as a, open(self.spec.solution_source(name)) as b:
+                        self.assertEqual(a.read(), b.read())
 
     def test_lab_toml_rows_and_phrases(self):
         """lab.toml's [[labstats]] rows name variants the lab has, and its
@@ -161,7 +177,8 @@ class StyleTest(unittest.TestCase):
         for lab in lab_names():
             d = os.path.join(LABS_DIR, lab)
             files += glob.glob(os.path.join(d, "starter", "*.c"))
-            files += glob.glob(os.path.join(d, "solutions", "*", "*.c"))
+            spec = load_lab(lab)
+            files += [spec.solution_source(n) for n in spec.solutions]
             files += glob.glob(os.path.join(d, "*.h"))
         self.assertGreaterEqual(len(files), 9)
         for path in files:

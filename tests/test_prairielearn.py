@@ -159,8 +159,8 @@ class PackTest(unittest.TestCase):
                 self.assertNotIn(os.path.basename(rel), ("labstats", "handout", "demo",
                                                         "labtest.py"))
         lines = set()
-        for sol in os.listdir(os.path.join(self.spec.dir, "solutions")):
-            with open(os.path.join(self.spec.dir, "solutions", sol, "ringdrv.c")) as f:
+        for sol in self.spec.solutions:
+            with open(self.spec.solution_source(sol)) as f:
                 lines |= {line.strip() for line in f if len(line.strip()) > 8}
         with open(os.path.join(self.spec.dir, "starter", "ringdrv.c")) as f:
             lines -= {line.strip() for line in f}

@@ -108,12 +108,12 @@ class ReviewTest(unittest.TestCase):
         changes only fix_functions, and raises no flag."""
         for lab in labspec.lab_names():
             spec = labspec.load_lab(lab)
-            base = spec.fixture_base_path
+            base = spec.fixture_base_source()
             self.assertTrue(spec.fix_functions, lab)
             names = [f for f, _, _ in objcheck.functions(objcheck._code_only(starter(lab)))]
             self.assertLessEqual(set(spec.fix_functions), set(names), lab)
-            sources = {p: open(p).read() for p in
-                       glob.glob(os.path.join(spec.dir, "solutions", "*", spec.files[0]))}
+            sources = {spec.solution_patch(n): open(spec.solution_source(n)).read()
+                       for n in spec.solutions}
             for p in sorted(glob.glob(os.path.join(spec.dir, "correct", "*.patch")) +
                             glob.glob(os.path.join(spec.dir, "fixtures", "*.patch"))):
                 sources[p] = patched(base, p)

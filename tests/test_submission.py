@@ -18,6 +18,7 @@ import tempfile
 import textwrap
 import unittest
 import zipfile
+from unittest import mock
 
 from mmiolab import BUILD, labspec, roster, sandbox
 from mmiolab import submission as sub
@@ -579,14 +580,55 @@ class LabSpecTest(unittest.TestCase):
         doorbell = labspec.load_lab("doorbell")
         for name in names:
             spec = labspec.load_lab(name)
-            self.assertTrue(os.path.isfile(spec.fixture_base_path), name)
+            self.assertTrue(os.path.isfile(spec.fixture_base_source()), name)
             self.assertTrue(spec.per_seed_tests, name)
             self.assertEqual(spec.max_score, 100, name)
             if name != "doorbell":
                 self.assertLessEqual(doorbell.symbols, spec.symbols, name)
                 self.assertIn("mmiosim_flush", spec.forbidden_symbols(["mmiosim_flush"]))
-        self.assertTrue(labspec.load_lab("modern").fixture_base_path.endswith(
-            os.path.join("solutions", "ref", "ringdrv.c")))
+        modern = labspec.load_lab("modern")
+        self.assertEqual(modern.fixture_base, "solution:ref")
+        self.assertEqual(modern.fixture_base_source(), modern.solution_source("ref"))
+
+    def test_solution_source_is_the_starter_patched_under_build(self):
+        """A solution is its patch applied to the starter, in build/ (not in the
+        lab's folder), made once per starter and patch; a patch that no longer
+        applies, or a missing one, is an error that names it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            lab, out = os.path.join(tmp, "demo"), os.path.join(tmp, "build")
+            os.makedirs(os.path.join(lab, "starter"))
+            os.makedirs(os.path.join(lab, "solutions"))
+            with open(os.path.join(lab, "lab.toml"), "w") as f:
+                f.write(GOOD_TOML)
+            starter = os.path.join(lab, "starter", "demo.c")
+            with open(starter, "w") as f:
+                f.write("int a;\nint b;\nint c;\n")
+            patch = os.path.join(lab, "solutions", "fix.patch")
+            with open(patch, "w") as f:
+                f.write("Solution (fix): b is long.\n\n--- a/demo.c\n+++ b/demo.c\n"
+                        "@@ -1,3 +1,3 @@\n int a;\n-int b;\n+long b;\n int c;\n")
+            with mock.patch.object(labspec, "BUILD", out):
+                spec = labspec.load(os.path.join(lab, "lab.toml"))
+                self.assertEqual(spec.solutions, ("fix",))
+                path = spec.solution_source("fix")
+                self.assertTrue(path.startswith(os.path.join(out, "labs", "demo") + os.sep))
+                self.assertEqual(os.path.basename(path), "demo.c")
+                with open(path) as f:
+                    self.assertEqual(f.read(), "int a;\nlong b;\nint c;\n")
+                self.assertEqual(spec.solution_source("fix"), path)
+                self.assertEqual(sorted(os.listdir(os.path.join(lab, "solutions"))),
+                                 ["fix.patch"])
+                with open(starter, "w") as f:           # the starter changed under it
+                    f.write("int a;\nint b = 1;\nint c;\n")
+                with self.assertRaises(labspec.LabSpecError) as cm:
+                    spec.solution_source("fix")
+                self.assertIn(f"{patch} does not apply to {starter} without fuzz",
+                              str(cm.exception))
+                with self.assertRaises(labspec.LabSpecError) as cm:
+                    spec.solution_source("nope")
+                self.assertIn("no solution 'nope'", str(cm.exception))
+                self.assertEqual(os.listdir(os.path.join(out, "labs", "demo", "solutions")),
+                                 [os.path.basename(os.path.dirname(path))])
 
     def test_undefined_symbols_from_nm(self):
         nm = "                 U _printk\n                 U filp_open\n0000 T init_module\n" \
@@ -656,7 +698,11 @@ class LabSpecTest(unittest.TestCase):
             "unknown symbols_from": ('schema = 1\n', 'schema = 1\nsymbols_from = "nolab"\n',
                                      "symbols_from"),
             "fixture_base outside": ('schema = 1\n', 'schema = 1\nfixture_base = "../x.c"\n',
-                                     "fixture_base"),
+                                     "fixture_base: must be \"starter\" or \"solution:NAME\""),
+            "fixture_base a file": ('schema = 1\n',
+                                    'schema = 1\nfixture_base = "solutions/ref/x.c"\n',
+                                    'fixture_base: solutions are patches to the starter now: '
+                                    'write "solution:ref"'),
         }
         for label, (old, new, needle) in cases.items():
             self.assertIn(old, GOOD_TOML, label)

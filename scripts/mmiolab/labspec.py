@@ -19,8 +19,9 @@ Schema (``schema = 1``)::
                                           # an entry with '*' is a glob ("__x86_indirect_thunk_*")
     default_seeds = [1, 2, 3]             # PRNG seeds of the fabric for the race tests
     symbols_from  = "doorbell"            # optional: also allow that lab's symbols
-    fixture_base  = "solutions/ref/x.c"   # optional: the file the wrong-fix fixtures
-                                          # patch (default: starter/<files[0]>)
+    fixture_base  = "solution:ref"        # optional: what the wrong-fix fixtures and
+                                          # correct variants patch: "starter" (the
+                                          # default) or "solution:NAME"
 
     [limits]                              # all optional, defaults below
     build_timeout   = 120                 # seconds for the module build
@@ -53,6 +54,11 @@ Schema (``schema = 1``)::
     per_seed    = true                    # optional: repeated over the seeds
     description = "..."
 
+A reference solution is a patch to the starter, ``solutions/NAME.patch``
+(``patch -p1``, no fuzz; what the fix is and why on its first lines, as the
+fixtures' "Wrong fix (NAME): why"): LabSpec.solution_source(NAME) applies it
+to a copy under build/, never in the lab's folder.
+
 Hidden tests live apart, in ``labs/<lab>/hidden/`` (the grader runs them, the
 student handout leaves the folder out): ``hidden/harness.sh`` is run in a
 second guest, and ``hidden/hidden.toml`` says how::
@@ -69,8 +75,12 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 try:
     import tomllib
 except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, packaged
@@ -94,10 +104,12 @@ _SYMBOL = re.compile(r"[A-Za-z_.][A-Za-z0-9_.*]*\Z")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 _LAB_NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
 _VARIANT = re.compile(r"starter\Z|(solution|correct|fixture):[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+_BASE = re.compile(r"starter\Z|solution:[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
 class LabSpecError(MmiolabError):
-    """A lab.toml is missing, unreadable or does not follow the schema."""
+    """A lab.toml is missing, unreadable or does not follow the schema, or a
+    lab's patch (a solution, a fixture) is missing or does not apply."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +174,7 @@ class LabSpec:
     limits: Limits = field(default_factory=Limits)
     fabric: dict[str, Any] = field(default_factory=dict)
     path: str = ""
-    fixture_base: str = ""
+    fixture_base: str = "starter"   # starter | solution:NAME
     symbols_from: str = ""          # the lab whose allow-list this one borrows
     # The functions of the starter a fix (right or plausibly wrong) changes: a
     # submission that changes others is flagged for the instructor (objcheck.review).
@@ -186,9 +198,53 @@ class LabSpec:
         return os.path.join(self.dir, "tests", "harness.sh")
 
     @property
-    def fixture_base_path(self) -> str:
-        """The source file the lab's fixtures/*.patch apply to."""
-        return os.path.join(self.dir, self.fixture_base or os.path.join("starter", self.files[0]))
+    def starter(self) -> str:
+        return os.path.join(self.dir, "starter", self.files[0])
+
+    @property
+    def solutions(self) -> tuple[str, ...]:
+        """The names of the reference solutions (solutions/NAME.patch), sorted;
+        none in a handout."""
+        d = os.path.join(self.dir, "solutions")
+        names = os.listdir(d) if os.path.isdir(d) else []
+        return tuple(sorted(n[:-len(".patch")] for n in names if n.endswith(".patch")))
+
+    def solution_patch(self, name: str) -> str:
+        return os.path.join(self.dir, "solutions", f"{name}.patch")
+
+    def solution_source(self, name: str) -> str:
+        """Reference solution NAME as a file (files[0]): its patch applied to the
+        starter, under build/labs/LAB/solutions/, in a folder named for the
+        two files' digest (made once, then reused)."""
+        patch = self.solution_patch(name)
+        if not os.path.isfile(patch):
+            raise LabSpecError(f"lab {self.name} has no solution {name!r} (no {patch})")
+        digest = hashlib.sha256()
+        for path in (self.starter, patch):
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+        folder = os.path.join(self.out, "solutions")
+        done = os.path.join(folder, f"{name}-{digest.hexdigest()[:16]}")
+        if not os.path.isfile(os.path.join(done, self.files[0])):
+            os.makedirs(folder, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=folder)
+            try:
+                apply_patch(self.starter, patch, os.path.join(tmp, self.files[0]))
+                os.chmod(tmp, 0o755)
+                try:
+                    os.rename(tmp, done)
+                except OSError:     # made meanwhile by another process
+                    if not os.path.isfile(os.path.join(done, self.files[0])):
+                        raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return os.path.join(done, self.files[0])
+
+    def fixture_base_source(self) -> str:
+        """The file the lab's fixtures and correct variants patch (fixture_base)."""
+        if self.fixture_base == "starter":
+            return self.starter
+        return self.solution_source(self.fixture_base.split(":", 1)[1])
 
     @property
     def per_seed_tests(self) -> tuple[GradedTest, ...]:
@@ -245,6 +301,26 @@ def undefined_symbols(nm_output: str) -> list[str]:
         elif len(parts) == 3 and parts[1] == "U":
             names.append(parts[2])
     return names
+
+
+def apply_patch(base: str, patch: str, dest: str) -> None:
+    """Write `base` with `patch` (-p1) applied to `dest`; no fuzz (-F0): a patch
+    that no longer fits is an error that names it."""
+    folder, name = os.path.split(dest)
+    shutil.copy(base, dest)
+    res = subprocess.run(["patch", "-s", "-F0", "-p1", "--no-backup-if-mismatch", "-i",
+                          os.path.abspath(patch), name],
+                         cwd=folder, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if res.returncode:
+        raise LabSpecError(f"{_shown(patch)} does not apply to {_shown(base)} without "
+                           f"fuzz (patch -F0): "
+                           + " ".join((res.stdout + res.stderr).split())[:400])
+
+
+def _shown(path: str) -> str:
+    """A kit file by its path in the kit, any other by its own."""
+    path = os.path.abspath(path)
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
 
 
 def lab_names(labs_dir: str = LABS_DIR) -> list[str]:
@@ -347,9 +423,14 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     for i, f in enumerate(fix_functions):
         if not _C_IDENT.match(f):
             v.fail(f"fix_functions[{i}]", f"{f!r} is not a C identifier")
-    fixture_base = data.get("fixture_base", "")
-    if not isinstance(fixture_base, str) or fixture_base.startswith("/") or ".." in fixture_base:
-        v.fail("fixture_base", "must be a path inside the lab's folder")
+    fixture_base = data.get("fixture_base", "starter")
+    old = re.match(r"solutions/([^/]+)/", fixture_base) if isinstance(fixture_base, str) else None
+    if old:
+        v.fail("fixture_base", f'solutions are patches to the starter now: write '
+                               f'"solution:{old.group(1)}"')
+    if not isinstance(fixture_base, str) or not _BASE.match(fixture_base):
+        v.fail("fixture_base", f'must be "starter" or "solution:NAME" (solutions/NAME.patch), '
+                               f"got {fixture_base!r}")
     seeds = data["default_seeds"]
     if (not isinstance(seeds, list) or not seeds
             or any(type(s) is not int or not 0 <= s < 1 << 64 for s in seeds)):

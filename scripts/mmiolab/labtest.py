@@ -4,16 +4,16 @@ fails: the claims the labs make ("the starter fails in essentially every run,
 every solution and every correct variant passes, every wrong fix fails")
 are measured, not assumed.
 
-Fixtures (labs/LAB/fixtures/NAME.patch, first line "Wrong fix (NAME): why")
-and correct variants (labs/LAB/correct/NAME.patch, "Correct (NAME): why")
-are patches to the lab's fixture base (the starter unless lab.toml says)."""
+Solutions (labs/LAB/solutions/NAME.patch, "Solution (NAME): why") are
+patches to the starter; fixtures (labs/LAB/fixtures/NAME.patch, first line
+"Wrong fix (NAME): why") and correct variants (labs/LAB/correct/NAME.patch,
+"Correct (NAME): why") are patches to the lab's fixture base (the starter
+unless lab.toml says)."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 
@@ -21,7 +21,7 @@ from . import BUILD, ktap, stages, vm
 from .initramfs import HARNESS_LIB
 from .lab import END_LINE, build_driver, guest_programs
 from .stages import fabric_append
-from .labspec import LabSpec
+from .labspec import LabSpec, apply_patch
 
 
 @dataclass
@@ -70,26 +70,23 @@ def patches(spec: LabSpec, kind: str) -> list[str]:
 def variants(spec: LabSpec) -> list[str]:
     """starter, every solution, every correct variant, every fixture of the lab."""
     out = ["starter"]
-    out += [f"solution:{d}" for d in sorted(os.listdir(os.path.join(spec.dir, "solutions")))]
+    out += [f"solution:{n}" for n in spec.solutions]
     out += [f"correct:{n}" for n in patches(spec, "correct")]
     out += [f"fixture:{n}" for n in patches(spec, "fixture")]
     return out
 
 
 def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
-    """starter, solution:NAME, or fixture:NAME / correct:NAME (a patch applied
-    to the lab's fixture base)."""
-    main = spec.files[0]
+    """starter, solution:NAME (spec.solution_source), or fixture:NAME /
+    correct:NAME (a patch applied to the lab's fixture base, in workdir)."""
     if variant == "starter":
-        return os.path.join(spec.dir, "starter", main)
+        return spec.starter
     kind, name = variant.split(":", 1)
     if kind == "solution":
-        return os.path.join(spec.dir, "solutions", name, main)
-    src = os.path.join(workdir, main)
-    shutil.copy(spec.fixture_base_path, src)
-    subprocess.run(["patch", "-s", "-F0", "-p1", "-i",
-                    os.path.join(spec.dir, PATCH_DIRS[kind], f"{name}.patch")],
-                   cwd=workdir, check=True, capture_output=True)
+        return spec.solution_source(name)
+    src = os.path.join(workdir, spec.files[0])
+    apply_patch(spec.fixture_base_source(), os.path.join(spec.dir, PATCH_DIRS[kind],
+                                                          f"{name}.patch"), src)
     return src
 
 
