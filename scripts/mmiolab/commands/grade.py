@@ -73,19 +73,15 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                         out=os.path.abspath(args.out or os.path.join(cfg.build, "grades")),
                         resume=args.resume, append=tuple(args.append), confined=confined,
                         cfg=cfg)
-    if args.gradescope:
-        # Gradescope's container contract; MMIOLAB_AUTOGRADER moves it (tests).
-        opts.out = os.path.join(cfg.build, "gradescope-run")
-        r = grade_one(spec, os.path.join(cfg.autograder, "submission"), "submission", opts,
-                      gradescope=os.path.join(cfg.autograder, "results", "results.json"))
-        print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
-        return 0
-    if args.prairielearn:
-        # PrairieLearn's external grading contract (mmiolab/prairielearn.py);
-        # MMIOLAB_PRAIRIELEARN moves /grade (tests).
-        opts.out = os.path.join(cfg.build, "prairielearn-run")
-        r = grade_one(spec, os.path.join(cfg.prairielearn, "student"), "submission", opts,
-                      prairielearn=os.path.join(cfg.prairielearn, "results", "results.json"))
+    if args.gradescope or args.prairielearn:
+        # The platform's container contract: Gradescope's /autograder, PrairieLearn's
+        # external grading /grade (mmiolab/prairielearn.py); MMIOLAB_AUTOGRADER and
+        # MMIOLAB_PRAIRIELEARN move them (tests).
+        platform, root, student = ("gradescope", cfg.autograder, "submission") \
+            if args.gradescope else ("prairielearn", cfg.prairielearn, "student")
+        opts.out = os.path.join(cfg.build, f"{platform}-run")
+        r = grade_one(spec, os.path.join(root, student), "submission", opts,
+                      **{platform: os.path.join(root, "results", "results.json")})
         print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
         return 0
     if not args.submissions:
