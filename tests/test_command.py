@@ -1,14 +1,19 @@
-"""python3 -m mmiolab: one command over the kit's entry points, and the one base
-of the kit's exceptions it catches."""
+"""python3 -m mmiolab: one command over the kit's entry points, the configuration
+it builds once and passes down, and the one base of the kit's exceptions it
+catches."""
 
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
 
 from mmiolab import BUILD, ROOT, MmiolabError
+from mmiolab.commands import COMMANDS
+from mmiolab import config
+from mmiolab.config import Config
 
 PY = "/usr/bin/python3"
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "scripts")}
@@ -56,10 +61,108 @@ class CommandTest(unittest.TestCase):
         self.assertRegex(res.stderr, r"^mmiolab: merge: error: .*unreadable gradebook.*\n$")
         self.assertNotIn("Traceback", res.stderr)
 
+    def test_the_scripts_are_shims_of_it(self):
+        """scripts/grade, kit... stay (Makefiles, handouts, the platforms' templates
+        and the docs run them); each only calls the command's main."""
+        scripts = {prog.split()[0] for _, prog, _ in COMMANDS.values()} - {"python3"}
+        self.assertEqual(scripts, {"grade", "kit", "handout", "gradescope", "prairielearn",
+                                   "labstats", "demo", "trace-timeline", "coldstart"})
+        for name in scripts:
+            with open(os.path.join(ROOT, "scripts", name)) as f:
+                text = f.read()
+            with self.subTest(name):
+                self.assertIn("from mmiolab.__main__ import main", text)
+                self.assertLess(len(text.splitlines()), 15)
+
+    def test_an_instructors_command_a_handout_leaves_out(self):
+        """A handout's kit has no labstats (handout.INSTRUCTOR_TOOLS): the command
+        says so in one line."""
+        from mmiolab import handout
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            shutil.copytree(os.path.join(ROOT, "scripts", "mmiolab"),
+                            os.path.join(tmp, "mmiolab"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            for tool in handout.INSTRUCTOR_TOOLS:
+                if tool.startswith("scripts/mmiolab/"):
+                    os.unlink(os.path.join(tmp, tool[len("scripts/"):]))
+            for name, want in (("labstats", 2), ("demo", 2), ("handout", 2), ("grade", 0)):
+                res = subprocess.run([PY, "-m", "mmiolab", name, "--help"], cwd=tmp,
+                                     env={**ENV, "PYTHONPATH": tmp}, capture_output=True,
+                                     text=True, timeout=60)
+                with self.subTest(name):
+                    self.assertEqual(res.returncode, want, res.stderr)
+                    if want:
+                        self.assertEqual(res.stderr, f"mmiolab: {name}: not in this kit (a "
+                                         "student handout or an autograder carries no "
+                                         "instructor's tools)\n")
+
     def test_the_makefiles_call_it(self):
         res = subprocess.run(["make", "-n", "-C", os.path.join(ROOT, "labs", "doorbell"),
                               "timeline"], capture_output=True, text=True, timeout=60)
         self.assertIn("-m mmiolab timeline --lab doorbell", res.stdout)
+
+
+class ConfigTest(unittest.TestCase):
+    def test_the_environment_variables_keep_their_names_and_meanings(self):
+        self.assertEqual(Config.from_env({}), Config())
+        self.assertEqual(Config().build, os.path.join(ROOT, "build"))
+        env = {"MMIOLAB_BUILD": "/b", "MMIOLAB_KERNEL_TARBALL": "/t.tar.xz",
+               "MMIOLAB_PATCHES": "/p", "MMIOLAB_DEBUG": "1", "MMIOLAB_SMP": "4",
+               "MMIOLAB_MEM": "1G", "MMIOLAB_ACCEL": "tcg", "MMIOLAB_SANDBOX_UID": "1000",
+               "MMIOLAB_SANDBOX_GID": "1001", "MMIOLAB_QEMU_MONITOR": "/m.sock",
+               "MMIOLAB_AUTOGRADER": "/ag", "MMIOLAB_PRAIRIELEARN": "/pl", "PATH": "/bin"}
+        self.assertEqual(set(config.ENV.values()), set(env) - {"PATH"})
+        self.assertEqual(Config.from_env(env), Config(
+            build="/b", kernel_tarball="/t.tar.xz", patches="/p", debug=True, smp=4,
+            memory="1G", accel="tcg", sandbox_uid=1000, sandbox_gid=1001,
+            qemu_monitor="/m.sock", autograder="/ag", prairielearn="/pl"))
+        self.assertFalse(Config.from_env({"MMIOLAB_DEBUG": "yes"}).debug)   # only "1"
+        # Arguments override the environment; one not given (None) does not.
+        cfg = Config.from_env(env, smp=2, accel=None)
+        self.assertEqual((cfg.smp, cfg.accel), (2, "tcg"))
+
+    def test_what_is_built_from_it(self):
+        from mmiolab import kernel, vm
+        cfg = Config(build="/b", smp=3, memory="1G", accel="tcg", qemu_monitor="/m")
+        t = kernel.tree(cfg)
+        if not t.prebuilt:
+            self.assertEqual((t.kdir, t.debug), ("/b/kernel", False))
+        self.assertEqual(kernel.tree(cfg, debug=True).kdir, "/b/kernel-debug")
+        self.assertTrue(kernel.tree(Config(build="/b", debug=True)).debug)
+        opts = vm.VMConfig.from_config(cfg, timeout=5)
+        self.assertEqual((opts.smp, opts.memory, opts.accel, opts.build, opts.monitor,
+                          opts.kernel, opts.timeout),
+                         (3, "1G", "tcg", "/b", "/m", t.bzimage, 5))
+        self.assertEqual(vm.VMConfig.from_config(cfg, smp=1, accel="kvm").smp, 1)
+
+    def test_no_module_reads_the_environment_when_imported(self):
+        """Configuration comes from the Config a command builds (or, for a library
+        call given none, from the environment at the call): importing any module
+        of the kit reads no MMIOLAB_* variable."""
+        code = (
+            "import importlib, os, sys\n"
+            "sys.path.insert(0, %r)\n"
+            "read = set()\n"
+            "class Spy(dict):\n"
+            "    def __getitem__(self, k): read.add(k); return super().__getitem__(k)\n"
+            "    def get(self, k, d=None): read.add(k); return super().get(k, d)\n"
+            "    def __contains__(self, k): read.add(k); return super().__contains__(k)\n"
+            "os.environ = Spy(os.environ)\n"
+            "top = os.path.join(sys.path[0], 'mmiolab')\n"
+            "names = ['mmiolab.__main__']\n"
+            "for sub in ('', 'commands'):\n"
+            "    pkg = '.'.join(['mmiolab'] + ([sub] if sub else []))\n"
+            "    names += [pkg + '.' + n[:-3] for n in sorted(os.listdir(os.path.join(top, sub)))\n"
+            "              if n.endswith('.py') and n != '__main__.py']\n"
+            "for n in names: importlib.import_module(n)\n"
+            "print(len(names), sorted(k for k in read if k.startswith('MMIOLAB')))\n"
+        ) % os.path.join(ROOT, "scripts")
+        res = subprocess.run([PY, "-c", code], env={**ENV, "MMIOLAB_SMP": "3"},
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        count, read = res.stdout.split(" ", 1)
+        self.assertGreater(int(count), 40)
+        self.assertEqual(read.strip(), "[]")
 
 
 class ErrorsTest(unittest.TestCase):

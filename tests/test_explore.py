@@ -199,9 +199,9 @@ class RingHeaderTest(unittest.TestCase):
 
     def test_without_a_kernel_tree_a_clear_error(self):
         from unittest import mock
-        from mmiolab import kernel
         with tempfile.TemporaryDirectory() as empty:
-            with mock.patch.object(kernel, "SRC", empty):
+            # The kernel tree of a build folder with none (kernel.tree(), read at the call).
+            with mock.patch.dict(os.environ, {"MMIOLAB_BUILD": empty, "MMIOLAB_DEBUG": ""}):
                 timeline.ring.cache_clear()
                 with self.assertRaises(timeline.TraceError) as e:
                     timeline.ring()

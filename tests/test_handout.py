@@ -64,7 +64,8 @@ class HandoutTest(unittest.TestCase):
                          "docs/index.html", f"docs/labs/{name}.html"):
                 self.assertIn(top + need, files, f"{name}: {need} missing")
             self.assertTrue(all(n.startswith(top) for n in files), name)
-            for tool in ("scripts/labstats", "scripts/handout", "scripts/mmiolab/labtest.py"):
+            for tool in ("scripts/labstats", "scripts/handout", "scripts/mmiolab/labtest.py",
+                         "scripts/mmiolab/commands/labstats.py"):
                 self.assertNotIn(top + tool, files, f"{name}: {tool} runs the solutions")
 
     def test_no_answers_in_any_handout(self):
@@ -189,6 +190,12 @@ class HandoutTest(unittest.TestCase):
                                  text=True, stdin=subprocess.DEVNULL)
             self.assertEqual(res.returncode, 2, res.stdout + res.stderr)
             self.assertIn("student handout", res.stderr)
+            res = subprocess.run(["/usr/bin/python3", "-m", "mmiolab", "labstats"], cwd=kit,
+                                 env={**env, "PYTHONPATH": "scripts"}, capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL)
+            self.assertEqual((res.returncode, res.stderr), (2, "mmiolab: labstats: not in this "
+                             "kit (a student handout or an autograder carries no instructor's "
+                             "tools)\n"))
             t0 = time.monotonic()
             res = subprocess.run(["make", "-s", "-C", "labs/doorbell", "check"], cwd=kit, env=env,
                                  capture_output=True, text=True, stdin=subprocess.DEVNULL,

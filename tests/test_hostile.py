@@ -776,7 +776,7 @@ class CorpusTest(unittest.TestCase):
                 if c.check:
                     c.check(self, doc, summary, os.path.join(self.out, c.sid))
         report("hostile corpus (submission, verdict, seconds):\n     " + "\n     ".join(rows)
-               + f"\n     batches: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timing.items()))
+               + "\n     batches: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timing.items()))
 
     def test_no_process_outlives_a_build_or_a_run(self):
         self.assertEqual(self.leftover, [])

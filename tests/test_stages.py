@@ -22,6 +22,7 @@ from unittest import mock
 
 from mmiolab import BUILD, ROOT, grade, gradebook, guestout, kernel, lab, labspec, model, \
     objcheck, report, stages, vm
+from mmiolab.config import Config
 from mmiolab.lab import BuildFailed, build_text
 
 DOORBELL = os.path.join(ROOT, "labs", "doorbell")
@@ -75,9 +76,9 @@ class FakeBuild:
         self.system_note = system_note
         self.calls = []
 
-    def __call__(self, lab_, source, workdir, confined=True, named=""):
+    def __call__(self, lab_, source, workdir, confined=True, named="", cfg=None):
         self.calls.append({"lab": lab_, "source": source, "workdir": workdir,
-                           "confined": confined, "named": named})
+                           "confined": confined, "named": named, "cfg": cfg})
         os.makedirs(workdir, exist_ok=True)
         log = "make: Entering directory 'linux-build'\n  CC [M]  ringdrv.o\n"
         log += "".join(w + "\n" for w in self.warnings)
@@ -518,12 +519,13 @@ class PipelineTest(StageCase):
     """grade.grade_one through every stage, the build, the disassembler and the
     guests faked: what each stage hands the next."""
 
-    def grade(self, text, guest=None, build=None, sid="alice", **kw):
+    def grade(self, text, guest=None, build=None, sid="alice", cfg=None, **kw):
         src = os.path.join(self.tmp, f"{sid}.c")
         with open(src, "w") as f:
             f.write(text)
         self.guest, self.build = guest or FakeGuest(), build or FakeBuild()
-        opts = grade.GradeOptions(seeds=[1, 2, 3], out=self.out)
+        opts = grade.GradeOptions(seeds=[1, 2, 3], out=self.out,
+                                  **({"cfg": cfg} if cfg else {}))
         with mock.patch.object(stages, "build_driver", self.build), \
                 mock.patch.object(stages, "disassemble", lambda *a, **k: CLEAN_CODE), \
                 mock.patch.object(stages, "run_tests", self.guest):
@@ -542,6 +544,13 @@ class PipelineTest(StageCase):
         _, rows = gradebook.read_gradebook(book)
         self.assertEqual([row["student"] for row in rows], ["alice"])
         self.assertFalse(os.path.exists(os.path.dirname(ko)), "the scratch is gone")
+
+    def test_the_commands_configuration_reaches_every_stage(self):
+        """One Config, built by the command, is what the build and both guests get."""
+        cfg = Config.from_env(os.environ, smp=3, build=BUILD)
+        self.grade(starter(), cfg=cfg)
+        self.assertEqual([c["cfg"] for c in self.build.calls], [cfg])
+        self.assertEqual([c["cfg"] for c in self.guest.calls], [cfg, cfg])
 
     def test_a_refused_submission_never_reaches_a_guest(self):
         r = self.grade(starter(), build=FakeBuild(imports=["_printk", "mmiosim_flush"]))

@@ -22,7 +22,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, MmiolabError, initramfs, stages, timeline, vm
+from . import ROOT, MmiolabError, initramfs, stages, timeline, vm
+from .config import Config
 from .lab import confinement, guest_programs, scratch_root
 from .labspec import LabSpec, boot_words
 
@@ -37,12 +38,12 @@ class ExploreError(MmiolabError):
     """Something the student must fix first; the message says what."""
 
 
-def out_dir(spec: LabSpec) -> str:
-    return os.path.join(BUILD, "explore", spec.name)
+def out_dir(spec: LabSpec, cfg: Config | None = None) -> str:
+    return os.path.join((cfg or Config.from_env()).build, "explore", spec.name)
 
 
-def runs_dir(spec: LabSpec) -> str:
-    return os.path.join(out_dir(spec), "runs")
+def runs_dir(spec: LabSpec, cfg: Config | None = None) -> str:
+    return os.path.join(out_dir(spec, cfg), "runs")
 
 
 # --- the fabric ---------------------------------------------------------------
@@ -79,18 +80,20 @@ class Built:
     confined: bool = True
 
 
-def build(spec: LabSpec, source: str, shown: str) -> Built:
+def build(spec: LabSpec, source: str, shown: str, cfg: Config | None = None) -> Built:
     """Intake, build and check one driver source as the grader does (stages.prepare);
     ExploreError with the grader's words (and the whole build log, as the compiler
     and modpost printed it) when it would not be run."""
     if not os.path.exists(source):
         raise ExploreError(f"{shown}: no such file")
-    confined, why = confinement()
-    work = tempfile.mkdtemp(prefix="explore-", dir=scratch_root())
+    cfg = cfg or Config.from_env()
+    confined, why = confinement(cfg)
+    work = tempfile.mkdtemp(prefix="explore-", dir=scratch_root(cfg))
     try:
         ready = stages.prepare(spec, source, work, shown=shown, confined=confined,
-                               build_dir=os.path.join(out_dir(spec), "module"),
-                               source_named=os.path.basename(shown), whole_build_log=True)
+                               build_dir=os.path.join(out_dir(spec, cfg), "module"),
+                               source_named=os.path.basename(shown), whole_build_log=True,
+                               cfg=cfg)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if isinstance(ready, stages.Refused):
@@ -187,8 +190,8 @@ PROFILE = initramfs.PROFILE.replace("PATH=/bin:/sbin:/usr/bin", "PATH=/bin:/sbin
 
 
 def guest_files(spec: LabSpec, built: Built, cpus: int,
-                words: list[str]) -> dict[str, str | bytes]:
-    progs = guest_programs(spec)
+                words: list[str], cfg: Config | None = None) -> dict[str, str | bytes]:
+    progs = guest_programs(spec, cfg)
     files: dict[str, str | bytes] = {f"/job/{spec.module}.ko": built.ko}
     for name, path in progs.items():
         files[f"/job/{name}"] = path
@@ -204,9 +207,9 @@ def guest_files(spec: LabSpec, built: Built, cpus: int,
 # --- sessions and recordings --------------------------------------------------
 
 
-def new_session(spec: LabSpec) -> str:
+def new_session(spec: LabSpec, cfg: Config | None = None) -> str:
     """A fresh session folder; only the newest KEEP_SESSIONS are kept."""
-    base = runs_dir(spec)
+    base = runs_dir(spec, cfg)
     os.makedirs(base, exist_ok=True)
     old = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
     for d in old[:max(0, len(old) - KEEP_SESSIONS + 1)]:
@@ -246,9 +249,9 @@ def save_recordings(session: str) -> list[str]:
     return paths
 
 
-def sessions(spec: LabSpec) -> list[str]:
+def sessions(spec: LabSpec, cfg: Config | None = None) -> list[str]:
     """Session folders, newest first."""
-    base = runs_dir(spec)
+    base = runs_dir(spec, cfg)
     if not os.path.isdir(base):
         return []
     return [os.path.join(base, d) for d in sorted(os.listdir(base), reverse=True)
@@ -265,10 +268,11 @@ def shown_path(path: str) -> str:
 
 
 def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0,
-          accel: str = "", say=print) -> int:
+          accel: str = "", say=print, cfg: Config | None = None) -> int:
     """Build, check, boot; after the VM exits, say what was recorded."""
+    cfg = cfg or Config.from_env()
     words = fabric_words(spec, fabric)
-    built = build(spec, source, shown)
+    built = build(spec, source, shown, cfg)
     say(f"mmiolab: {spec.name}: built {spec.module}.ko from {shown} with the grader's Kbuild"
         + (" and checks" if built.confined else ""))
     if built.warnings:
@@ -276,14 +280,12 @@ def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0
             + "\n  ".join(built.warnings))
     for note in built.notes:
         say(f"mmiolab: note: {note}")
-    cfg = vm.VMConfig(append=vm.RECORD_APPEND + words)
-    if smp:
-        cfg.smp = smp
-    if accel:
-        cfg.accel = accel
-    session = new_session(spec)
+    options = vm.VMConfig.from_config(cfg, append=vm.RECORD_APPEND + words, smp=smp,
+                                      accel=accel)
+    session = new_session(spec, cfg)
     say(f"mmiolab: fabric: {' '.join(words)}")
-    rc = vm.interactive(cfg, files=guest_files(spec, built, cfg.smp, words), log_dir=session)
+    rc = vm.interactive(options, files=guest_files(spec, built, options.smp, words, cfg),
+                        log_dir=session)
     saved = save_recordings(session)
     broken = [r for r in recordings(os.path.join(session, "channel.log")) if not r.text]
     for r in broken:
@@ -303,7 +305,8 @@ class Drawn:
     drawing: timeline.Drawing
 
 
-def find_recording(spec: LabSpec | None, rec: int = 0, path: str = "") -> tuple[str, str]:
+def find_recording(spec: LabSpec | None, rec: int = 0, path: str = "",
+                   cfg: Config | None = None) -> tuple[str, str]:
     """(trace text, its file) of the recording to draw: `path` (a trace, or a
     session's channel.log), else recording `rec` (default: the last) of the
     newest session of the lab that has one."""
@@ -316,7 +319,7 @@ def find_recording(spec: LabSpec | None, rec: int = 0, path: str = "") -> tuple[
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(), path
     assert spec is not None
-    for session in sessions(spec):
+    for session in sessions(spec, cfg):
         if os.path.exists(os.path.join(session, "channel.log")) and \
                 recordings(os.path.join(session, "channel.log")):
             return _pick(session, rec)

@@ -23,9 +23,10 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, kernel, model, report, roster, stages, submission
+from . import ROOT, kernel, model, report, roster, stages, submission
+from .config import Config
 from .gradebook import update_gradebook
 from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
@@ -35,10 +36,14 @@ from .labspec import LabSpec
 class GradeOptions:
     seeds: list[int]
     cmds: int = 10000
-    out: str = os.path.join(BUILD, "grades")
+    out: str = ""                  # default: build/grades
     resume: bool = False
     append: tuple[str, ...] = ()
     confined: bool = True          # False only when the instructor allowed it
+    cfg: Config = field(default_factory=Config.from_env)
+
+    def __post_init__(self) -> None:
+        self.out = self.out or os.path.join(self.cfg.build, "grades")
 
 
 # What the outcome of grading depends on, besides the submission and the options:
@@ -48,7 +53,7 @@ KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/g
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
-def kit_version(spec: LabSpec) -> str:
+def kit_version(spec: LabSpec, cfg: Config | None = None) -> str:
     """A digest of everything but the submission that a grade depends on."""
     h = hashlib.sha256()
     paths = [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))]
@@ -62,11 +67,12 @@ def kit_version(spec: LabSpec) -> str:
             h.update(os.path.relpath(p, ROOT).encode() + b"\0")
             with open(p, "rb") as f:
                 h.update(f.read())
-    if kernel.USE_PREBUILT:         # a handout's or autograder's kernel: what built it
+    t = kernel.tree(cfg)
+    if t.prebuilt:                  # a handout's or autograder's kernel: what built it
         h.update(json.dumps(kernel.prebuilt_info(), sort_keys=True).encode())
         return "sha256:" + h.hexdigest()[:16]
     try:
-        with open(kernel.STAMP, "rb") as f:
+        with open(t.stamp, "rb") as f:
             stamp = json.load(f)
         h.update(json.dumps([stamp.get("source"), stamp.get("config")]).encode())
     except (OSError, ValueError):
@@ -77,7 +83,7 @@ def kit_version(spec: LabSpec) -> str:
 def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
     """Everything a result depends on; --resume re-grades when any of it differs."""
     return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
-            "append": list(opts.append), "kit": kit_version(spec),
+            "append": list(opts.append), "kit": kit_version(spec, opts.cfg),
             "submission": submission.fingerprint(path, spec.files, spec.limits.intake())}
 
 
@@ -113,14 +119,14 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
-    work = new_scratch("grade")
+    work = new_scratch("grade", opts.cfg)
     try:
         key = key or grading_key(spec, opts, path)
         result = _grade(spec, path, sub_id, opts, out_dir, work)
         result.key = key
     except Exception as e:    # a grader bug must not lose the batch either
         result = stages.not_graded(spec, sub_id, "grader-error",
-                                   build_text(f"internal grader error: {e!r}"))
+                                   build_text(f"internal grader error: {e!r}", cfg=opts.cfg))
         # For the instructor (never in what the student sees): where it broke.
         trace = traceback.format_exc()
         model.atomic_write(os.path.join(out_dir, "grader-error.txt"), trace)
@@ -139,11 +145,11 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
            work: str) -> model.GradeResult:
     """prepare, run, score."""
     ready = stages.prepare(spec, path, work, shown=display_name(path), confined=opts.confined,
-                           out_dir=out_dir)
+                           out_dir=out_dir, cfg=opts.cfg)
     if isinstance(ready, stages.Refused):
         return stages.refused(spec, sub_id, ready, opts.seeds)
     ran = stages.run(spec, ready, opts.seeds, out_dir, cmds=opts.cmds, append=opts.append,
-                     title=f"{sub_id}: the first failing run")
+                     title=f"{sub_id}: the first failing run", cfg=opts.cfg)
     return stages.score(spec, sub_id, ready, ran)
 
 
@@ -155,7 +161,7 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     was graded with the same key (grading_key) and not ended by a grader error."""
     book = os.path.join(opts.out, "gradebook.csv")
     os.makedirs(opts.out, exist_ok=True)
-    stale = remove_stale_scratch()
+    stale = remove_stale_scratch(opts.cfg)
     if stale:
         progress(f"removed {len(stale)} scratch folder(s) of a grader that was killed")
     todo, results, kept = [], [], []

@@ -7,7 +7,6 @@ from several hosts' results.json files and gradebook shards:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import fcntl
 import io
@@ -231,20 +230,11 @@ def merge(inputs: Sequence[str], out: str) -> MergeReport:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m mmiolab.gradebook",
-                                 description="mmiolab grade reports")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("merge", help="merge results.json files, result folders and gradebook "
-                                     "CSV shards into one gradebook")
-    m.add_argument("-o", "--out", default="gradebook.csv", help="gradebook to merge into")
-    m.add_argument("inputs", nargs="+", help="results.json, folders, or gradebook .csv files")
-    args = ap.parse_args(argv)
-    rep = merge(args.inputs, args.out)
-    for p in rep.problems:
-        print(f"mmiolab: merge: {p}", file=sys.stderr)
-    print(f"mmiolab: {rep.path}: {rep.rows} students ({rep.added} added, {rep.replaced} "
-          f"updated, {rep.kept} older kept out)")
-    return 0
+    """python3 -m mmiolab.gradebook merge ... (and python3 -m mmiolab.report merge):
+    the command's merge (commands/merge.py), python3 -m mmiolab merge ..."""
+    from .__main__ import main as command
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return command(argv if argv[:1] == ["merge"] else ["merge", *argv])
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import stat
 import time
 import zipfile
 
-from . import BUILD, ROOT
+from . import ROOT
+from .config import Config
 from .handout import (ANSWER_DIRS, HandoutError, kit_files, kit_time, members, prebuilt,
                       student_toml)
 from .labspec import LabSpec
@@ -113,5 +114,5 @@ def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool =
     return final
 
 
-def default_out() -> str:
-    return os.path.join(BUILD, "gradescope")
+def default_out(cfg: Config | None = None) -> str:
+    return os.path.join((cfg or Config.from_env()).build, "gradescope")

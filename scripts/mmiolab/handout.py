@@ -39,7 +39,8 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, MmiolabError
+from . import ROOT, MmiolabError
+from .config import Config
 from .labspec import LabSpec
 from .template import fill
 
@@ -52,9 +53,13 @@ ANSWER_DIRS = ("solutions", "fixtures", "correct")
 # Never in a handout, wherever they appear in a lab (the autograder carries hidden/'s
 # programs: gradescope.py).
 SECRET_DIRS = ANSWER_DIRS + ("hidden",)
-# Instructor tools: they run the solutions and fixtures, or pack handouts.
+# Instructor tools: they run the solutions and fixtures, or pack handouts (each a
+# script and its command module: python3 -m mmiolab says they are not in the kit).
 INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scripts/trace-timeline",
-                    "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py")
+                    "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py",
+                    "scripts/mmiolab/commands/demo.py", "scripts/mmiolab/commands/handout.py",
+                    "scripts/mmiolab/commands/labstats.py",
+                    "scripts/mmiolab/commands/trace_timeline.py")
 
 
 
@@ -100,11 +105,12 @@ def _kit_commit(root: str) -> str:
                                              if dirty else "")
 
 
-def prebuilt(root: str = ROOT) -> Prebuilt:
+def prebuilt(root: str = ROOT, cfg: Config | None = None) -> Prebuilt:
     """The built lab kernel and initramfs, as a handout carries them."""
     from . import initramfs, kernel
-    src, obj = kernel.SRC, kernel.OBJ
-    if not os.path.exists(kernel.BZIMAGE) or not os.path.exists(os.path.join(obj, "Module.symvers")):
+    t = kernel.tree(cfg)
+    src, obj = t.src, t.obj
+    if not os.path.exists(t.bzimage) or not os.path.exists(os.path.join(obj, "Module.symvers")):
         raise HandoutError("the lab kernel is not built: run 'make kernel'")
     arch = "arch/x86"
     src_files = _find(src, ".", lambda n: n.startswith("Makefile"), maxdepth=1)
@@ -141,11 +147,11 @@ def prebuilt(root: str = ROOT) -> Prebuilt:
     with open(os.path.join(obj, "include", "generated", "compile.h")) as f:
         compiler = next((line.split('"')[1] for line in f if "LINUX_COMPILER" in line), "?")
     pb.info = {"kit": _kit_commit(root), "release": release, "compiler": compiler,
-               "patches": kernel.patches_digest(), "config": kernel.config_digest(),
-               "source": os.path.basename(kernel.TARBALL)}
+               "patches": kernel.patches_digest(t.patches),
+               "config": kernel.config_digest(t), "source": os.path.basename(t.tarball)}
     pb.generated[os.path.join(top, kernel.PREBUILT_INFO)] = \
         (json.dumps(pb.info, indent=1, sort_keys=True) + "\n").encode()
-    base = initramfs.build()
+    base = initramfs.build(cfg)
     pb.files.append((os.path.join("prebuilt", "initramfs", os.path.basename(base)), base))
     pb.generated[os.path.join("prebuilt", "initramfs", initramfs.PREBUILT_INFO)] = \
         (json.dumps({"inputs": initramfs.inputs_digest()}) + "\n").encode()
@@ -206,10 +212,10 @@ def members(spec: LabSpec, files: list[str]) -> list[str]:
     return keep
 
 
-def build_site(out: str) -> str:
+def build_site(out: str, cfg: Config | None = None) -> str:
     """The student edition of the HTML docs, in `out` (Sphinx -W: a warning fails)."""
     from . import kernel   # the docs take kernel-doc comments from the lab kernel tree
-    kernel.build()
+    kernel.build(t=kernel.tree(cfg))
     doctrees = os.path.join(os.path.dirname(out), ".doctrees")
     shutil.rmtree(out, ignore_errors=True)
     res = subprocess.run(["/usr/bin/python3", "-m", "sphinx", "-W", "--keep-going", "-n", "-q",
@@ -306,5 +312,5 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
     return final
 
 
-def default_out() -> str:
-    return os.path.join(BUILD, "handout")
+def default_out(cfg: Config | None = None) -> str:
+    return os.path.join((cfg or Config.from_env()).build, "handout")

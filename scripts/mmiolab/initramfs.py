@@ -19,19 +19,18 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, MmiolabError
+from . import ROOT, MmiolabError
+from .config import Config
 from .progress import step
 
 BUSYBOX = "/bin/busybox"
 VM_DIR = os.path.join(ROOT, "vm")
 GUEST_SRC = os.path.join(VM_DIR, "guest")
-OUT_DIR = os.path.join(BUILD, "initramfs")
 # A student handout carries the initramfs built (scripts/handout), with the
 # digest of the kit files it was made from.
 PREBUILT = os.path.join(ROOT, "prebuilt", "initramfs")
 PREBUILT_INFO = "built-by.json"
 USE_PREBUILT = os.path.isdir(PREBUILT)
-BASE = os.path.join(PREBUILT if USE_PREBUILT else OUT_DIR, "base.cpio.gz")
 # The guest's half of the harness protocol, which every lab's harness sources
 # (vm/harness-lib.sh).
 HARNESS_LIB = "/lib/mmiolab/harness-lib.sh"
@@ -44,6 +43,23 @@ export PS1='mmiolab:\\w# '
 export PATH=/bin:/sbin:/usr/bin
 alias poweroff='poweroff -f' reboot='reboot -f' halt='halt -f'
 """
+
+
+def out_dir(cfg: Config | None = None) -> str:
+    """build/initramfs: the base archive and the guest helpers built."""
+    return os.path.join((cfg or Config.from_env()).build, "initramfs")
+
+
+def base(cfg: Config | None = None) -> str:
+    """The base archive every guest boots (a handout's prebuilt one where there is one)."""
+    return os.path.join(PREBUILT if USE_PREBUILT else out_dir(cfg), "base.cpio.gz")
+
+
+def __getattr__(name: str):
+    # OUT_DIR and BASE, from the environment when asked (tests): out_dir(), base().
+    if name in ("OUT_DIR", "BASE"):
+        return out_dir() if name == "OUT_DIR" else base()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class InitramfsError(MmiolabError):
@@ -156,12 +172,12 @@ def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,
     return built
 
 
-def guest_helpers() -> dict[str, str]:
+def guest_helpers(cfg: Config | None = None) -> dict[str, str]:
     """Compile vm/guest/*.c to build/initramfs/bin/; returns {name: path}."""
-    return compile_programs(GUEST_SRC, os.path.join(OUT_DIR, "bin"))
+    return compile_programs(GUEST_SRC, os.path.join(out_dir(cfg), "bin"))
 
 
-def base_archive() -> Archive:
+def base_archive(cfg: Config | None = None) -> Archive:
     if not os.path.exists(BUSYBOX):
         raise InitramfsError(f"{BUSYBOX} is missing: run 'make deps' (package busybox-static)")
     a = Archive()
@@ -177,7 +193,7 @@ def base_archive() -> Archive:
     a.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
     a.file("/etc/group", b"root:x:0:\n")
     a.file("/etc/profile", PROFILE.encode())
-    for name, path in guest_helpers().items():
+    for name, path in guest_helpers(cfg).items():
         a.host_file(f"/bin/{name}", path, 0o755)
     return a
 
@@ -194,9 +210,10 @@ def inputs_digest() -> str:
     return h.hexdigest()
 
 
-def build() -> str:
+def build(cfg: Config | None = None) -> str:
     """Write build/initramfs/base.cpio.gz if its content changed; returns its path.
     In a handout, checks that the prebuilt one was made from this kit's vm/."""
+    BASE = base(cfg)
     if USE_PREBUILT:
         try:
             with open(os.path.join(PREBUILT, PREBUILT_INFO)) as f:
@@ -209,12 +226,12 @@ def build() -> str:
                                  "prebuilt/initramfs to build your own)")
         return BASE
     with step("initramfs"):
-        data = base_archive().to_bytes()
+        data = base_archive(cfg).to_bytes()
         digest = hashlib.sha256(data).hexdigest()
         stamp = BASE + ".sha256"
         if os.path.exists(BASE) and os.path.exists(stamp) and open(stamp).read() == digest:
             return BASE
-        os.makedirs(OUT_DIR, exist_ok=True)
+        os.makedirs(out_dir(cfg), exist_ok=True)
         tmp = f"{BASE}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             # mtime=0: the same inputs give the same bytes.

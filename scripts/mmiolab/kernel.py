@@ -17,11 +17,10 @@ import shutil
 import subprocess
 import time
 
-from . import BUILD, ROOT, MmiolabError
+from . import ROOT, MmiolabError
+from .config import Config
 from .progress import CommandError, run_logged, say, step
 
-TARBALL = os.environ.get("MMIOLAB_KERNEL_TARBALL", "/usr/src/linux-source-6.12.tar.xz")
-PATCHES = os.environ.get("MMIOLAB_PATCHES", os.path.join(ROOT, "patches"))
 FRAGMENT = os.path.join(ROOT, "vm", "kernel.config")
 DEBUG_FRAGMENT = os.path.join(ROOT, "vm", "debug.config")
 # A student handout carries the lab kernel built (scripts/handout): the kernel
@@ -34,12 +33,15 @@ PREBUILT_INFO = "built-by.json"
 @dataclasses.dataclass(frozen=True)
 class Tree:
     """One lab kernel: its folder (src/ the patched tree, obj/ the build,
-    stamp.json) and how it is configured. The lab kernel is build/kernel, or
-    a handout's prebuilt/kernel; the debug kernel (lockdep, KFENCE...) is
+    stamp.json), how it is configured and what it is made from (Debian's
+    tarball, the patch series). The lab kernel is build/kernel, or a
+    handout's prebuilt/kernel; the debug kernel (lockdep, KFENCE...) is
     build/kernel-debug."""
     kdir: str
     debug: bool = False
     prebuilt: bool = False
+    tarball: str = Config.kernel_tarball
+    patches: str = Config.patches
 
     src = property(lambda self: os.path.join(self.kdir, "src"))
     obj = property(lambda self: os.path.join(self.kdir, "obj"))
@@ -55,19 +57,31 @@ class Tree:
     cold_cpu_seconds = property(lambda self: 930 if self.debug else 880)
 
 
-def tree(debug: bool = False) -> Tree:
-    """The lab kernel (a handout's prebuilt one where there is one) or the debug kernel."""
+def tree(cfg: Config | None = None, debug: bool | None = None) -> Tree:
+    """The kernel cfg uses (cfg.debug: MMIOLAB_DEBUG=1, make kernel DEBUG=1), or
+    the one asked for: the lab kernel (a handout's prebuilt one where there is
+    one) or the debug kernel."""
+    cfg = cfg or Config.from_env()
+    debug = cfg.debug if debug is None else debug
     if not debug and os.path.isdir(PREBUILT):
-        return Tree(PREBUILT, prebuilt=True)
-    return Tree(os.path.join(BUILD, "kernel-debug" if debug else "kernel"), debug)
+        return Tree(PREBUILT, prebuilt=True, tarball=cfg.kernel_tarball, patches=cfg.patches)
+    return Tree(os.path.join(cfg.build, "kernel-debug" if debug else "kernel"), debug,
+                tarball=cfg.kernel_tarball, patches=cfg.patches)
 
 
-# The kernel this process uses unless told otherwise: MMIOLAB_DEBUG=1 (make
-# kernel DEBUG=1) makes it the debug kernel.
-DEBUG = os.environ.get("MMIOLAB_DEBUG", "") == "1"
-LAB = tree(DEBUG)
-USE_PREBUILT = LAB.prebuilt
-KDIR, SRC, OBJ, STAMP, BZIMAGE = LAB.kdir, LAB.src, LAB.obj, LAB.stamp, LAB.bzimage
+def __getattr__(name: str):
+    # The old module constants, from the environment when asked (tests, callers
+    # outside a command): kernel.SRC is kernel.tree().src.
+    if name in ("TARBALL", "PATCHES", "DEBUG"):
+        cfg = Config.from_env()
+        return {"TARBALL": cfg.kernel_tarball, "PATCHES": cfg.patches, "DEBUG": cfg.debug}[name]
+    attr = {"LAB": None, "USE_PREBUILT": "prebuilt", "KDIR": "kdir", "SRC": "src", "OBJ": "obj",
+            "STAMP": "stamp", "BZIMAGE": "bzimage"}
+    if name in attr:
+        t = tree()
+        return t if attr[name] is None else getattr(t, attr[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 # Fixed build identity: identical inputs give identical compiler command lines,
 # which is what lets ccache hit across clones and re-unpacked trees.
 BUILD_ENV = {
@@ -85,6 +99,10 @@ BUILD_ENV = {
 }
 
 
+class MissingError(MmiolabError, FileNotFoundError):
+    """What a kernel build needs is missing (the message says what to run)."""
+
+
 class PatchError(MmiolabError):
     """A patch of the series does not apply cleanly (no fuzz allowed)."""
 
@@ -93,7 +111,8 @@ class ConfigError(MmiolabError):
     """The config fragment asks for options the resulting .config does not have."""
 
 
-def series(patch_dir: str = PATCHES) -> list[str]:
+def series(patch_dir: str | None = None) -> list[str]:
+    patch_dir = patch_dir or Config.from_env().patches
     path = os.path.join(patch_dir, "series")
     if not os.path.exists(path):
         return []
@@ -117,15 +136,16 @@ def _digest(paths: list[str], extra: str = "") -> str:
     return h.hexdigest()
 
 
-def source_digest(patch_dir: str = PATCHES) -> str:
-    st = os.stat(TARBALL)
-    names = series(patch_dir)
-    return _digest([os.path.join(patch_dir, "series")] if names else [],
-                   f"{TARBALL}:{st.st_size}:{int(st.st_mtime)}") + ":" + \
-        _digest([os.path.join(patch_dir, n) for n in names])
+def source_digest(t: Tree) -> str:
+    st = os.stat(t.tarball)
+    names = series(t.patches)
+    return _digest([os.path.join(t.patches, "series")] if names else [],
+                   f"{t.tarball}:{st.st_size}:{int(st.st_mtime)}") + ":" + \
+        _digest([os.path.join(t.patches, n) for n in names])
 
 
-def config_digest(t: Tree = LAB) -> str:
+def config_digest(t: Tree | None = None) -> str:
+    t = t or tree()
     return _digest(t.fragments)
 
 
@@ -144,15 +164,15 @@ def _save_stamp(t: Tree, stamp: dict) -> None:
     os.replace(tmp, t.stamp)
 
 
-def unpack(dest: str) -> None:
+def unpack(dest: str, tarball: str) -> None:
     """Unpack the Debian tarball so that its top folder becomes dest."""
-    if not os.path.exists(TARBALL):
-        raise FileNotFoundError(f"{TARBALL} is missing: run 'make deps' (package linux-source-6.12)")
+    if not os.path.exists(tarball):
+        raise MissingError(f"{tarball} is missing: run 'make deps' (package linux-source-6.12)")
     parent = os.path.dirname(dest)
     tmp = dest + ".unpack"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    subprocess.run(["tar", "-xf", TARBALL, "-C", tmp], check=True)
+    subprocess.run(["tar", "-xf", tarball, "-C", tmp], check=True)
     (top,) = os.listdir(tmp)
     shutil.rmtree(dest, ignore_errors=True)
     os.rename(os.path.join(tmp, top), dest)
@@ -160,7 +180,7 @@ def unpack(dest: str) -> None:
     assert os.path.dirname(dest) == parent
 
 
-def apply_series(tree: str, patch_dir: str = PATCHES) -> int:
+def apply_series(tree: str, patch_dir: str, tarball: str) -> int:
     """Apply every patch of the series without fuzz; PatchError names the one that fails."""
     names = series(patch_dir)
     for n, name in enumerate(names, 1):
@@ -171,12 +191,12 @@ def apply_series(tree: str, patch_dir: str = PATCHES) -> int:
         res = subprocess.run(cmd + ["--dry-run"], cwd=tree, capture_output=True, text=True)
         if res.returncode:
             raise PatchError(f"patch {n}/{len(names)} {name} does not apply to "
-                             f"{os.path.basename(TARBALL)}:\n{res.stdout}{res.stderr}")
+                             f"{os.path.basename(tarball)}:\n{res.stdout}{res.stderr}")
         subprocess.run(cmd, cwd=tree, check=True, capture_output=True)
     return len(names)
 
 
-def make_cmd(*targets: str, jobs: int | None = None, t: Tree = LAB) -> list[str]:
+def make_cmd(*targets: str, t: Tree, jobs: int | None = None) -> list[str]:
     jobs = jobs or (os.cpu_count() or 1) + 1
     cc = "ccache gcc" if shutil.which("ccache") else "gcc"
     return ["make", "-C", t.src, f"O={t.obj}", f"-j{jobs}", f"CC={cc}", f"HOSTCC={cc}", *targets]
@@ -189,7 +209,7 @@ def build_env() -> dict[str, str]:
     return {**env, **BUILD_ENV}
 
 
-def configure(t: Tree = LAB) -> None:
+def configure(t: Tree) -> None:
     os.makedirs(t.obj, exist_ok=True)
     merged = os.path.join(t.kdir, "fragment.config")
     with open(merged, "w") as out:
@@ -226,7 +246,8 @@ def check_config(config: str, fragment: str) -> None:
                           os.path.relpath(fragment, ROOT) + ":\n  " + "\n  ".join(lost))
 
 
-def patches_digest(patch_dir: str = PATCHES) -> str:
+def patches_digest(patch_dir: str | None = None) -> str:
+    patch_dir = patch_dir or Config.from_env().patches
     names = series(patch_dir)
     return _digest([os.path.join(patch_dir, "series")] + [os.path.join(patch_dir, n)
                                                           for n in names] if names else [])
@@ -240,13 +261,13 @@ def prebuilt_info(kdir: str = PREBUILT) -> dict:
         return {}
 
 
-def use_prebuilt(t: Tree = LAB) -> str:
+def use_prebuilt(t: Tree) -> str:
     """A handout's kernel, if it was built from this kit's patches and config."""
     info = prebuilt_info(t.kdir)
     if not os.path.exists(t.bzimage):
-        raise FileNotFoundError(f"{os.path.relpath(t.bzimage, ROOT)} is missing: the handout "
+        raise MissingError(f"{os.path.relpath(t.bzimage, ROOT)} is missing: the handout "
                                 f"is incomplete (unpack it again)")
-    changed = [what for what, key, now in (("patches/", "patches", patches_digest()),
+    changed = [what for what, key, now in (("patches/", "patches", patches_digest(t.patches)),
                                            ("vm/kernel.config", "config", config_digest(t)))
                if info.get(key) != now]
     if changed:
@@ -259,27 +280,30 @@ def use_prebuilt(t: Tree = LAB) -> str:
     return t.bzimage
 
 
-def is_built(t: Tree = LAB) -> bool:
+def is_built(t: Tree | None = None) -> bool:
     """Whether build() has nothing to do (a handout's kernel counts as built)."""
+    t = t or tree()
     if t.prebuilt:
         return True
     stamp = _load_stamp(t)
     return os.path.exists(t.bzimage) and \
-        stamp.get("built") == source_digest() + config_digest(t) == stamp.get("config")
+        stamp.get("built") == source_digest(t) + config_digest(t) == stamp.get("config")
 
 
-def build(force: bool = False, t: Tree = LAB) -> str:
-    """Bring the kernel t up to date with patches/ and its config fragments; returns bzImage."""
+def build(force: bool = False, t: Tree | None = None) -> str:
+    """Bring the kernel t (default: tree()) up to date with patches/ and its
+    config fragments; returns bzImage."""
+    t = t or tree()
     if t.prebuilt:
         return use_prebuilt(t)
     stamp = _load_stamp(t)
-    src_d, cfg_d = source_digest(), config_digest(t)
+    src_d, cfg_d = source_digest(t), config_digest(t)
     if force or stamp.get("source") != src_d or not os.path.isdir(t.src):
         with step(f"{t.what}: unpack and patch", tick=True):
             stamp = {}
             os.makedirs(t.kdir, exist_ok=True)
-            unpack(t.src)
-            n = apply_series(t.src)
+            unpack(t.src, t.tarball)
+            n = apply_series(t.src, t.patches, t.tarball)
             say(f"applied {n} patches from patches/series")
         stamp["source"] = src_d
         _save_stamp(t, stamp)
@@ -317,7 +341,7 @@ def changed_c_files(patch: str) -> list[str]:
     return out
 
 
-def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
+def bisect_build(cfg: Config | None = None, dest: str = "") -> list[str]:
     """Build every prefix of the series (patch 1, 1-2, ...): each must build,
     and compile every .c file its last patch changes.
 
@@ -326,9 +350,12 @@ def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
     vm/bisect.config on top of the lab config. Returns the patches built;
     CommandError names the first that breaks, or whose .c files the build
     did not compile (a prefix that leaves them unconfigured proves nothing).
+    dest defaults to build/bisect.
     """
+    cfg = cfg or Config.from_env()
+    dest = dest or os.path.join(cfg.build, "bisect")
     src, obj = os.path.join(dest, "src"), os.path.join(dest, "obj")
-    unpack(src)
+    unpack(src, cfg.kernel_tarball)
     shutil.rmtree(obj, ignore_errors=True)
     os.makedirs(obj)
     merged = os.path.join(dest, "bisect-fragment.config")
@@ -336,16 +363,16 @@ def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
         for frag in (FRAGMENT, BISECT_FRAGMENT):
             with open(frag) as f:
                 out.write(f.read())
-    names = series()
+    names = series(cfg.patches)
     done = []
     for n, name in enumerate(names, 1):
         one = os.path.join(dest, "one")
         shutil.rmtree(one, ignore_errors=True)
         os.makedirs(one)
-        shutil.copy(os.path.join(PATCHES, name), one)
+        shutil.copy(os.path.join(cfg.patches, name), one)
         with open(os.path.join(one, "series"), "w") as f:
             f.write(name + "\n")
-        apply_series(src, one)
+        apply_series(src, one, cfg.kernel_tarball)
         make = ["make", "-C", src, f"O={obj}", f"-j{(os.cpu_count() or 1) + 1}",
                 f"CC={'ccache gcc' if shutil.which('ccache') else 'gcc'}"]
         with step(f"bisect {n}/{len(names)}: {name}"):
@@ -354,14 +381,14 @@ def bisect_build(dest: str = os.path.join(BUILD, "bisect")) -> list[str]:
                        "configure", env={**build_env(), "KCONFIG_ALLCONFIG": merged})
             run_logged(make + ["bzImage", "modules"], os.path.join(dest, f"{n:02d}-build.log"),
                        f"build with patches 1-{n}", env=build_env(), count_prefix="  CC")
-            stale = [c for c in changed_c_files(os.path.join(PATCHES, name))
+            stale = [c for c in changed_c_files(os.path.join(cfg.patches, name))
                      if not _built_since(os.path.join(obj, c[:-2] + ".o"), started)]
             if stale:
                 raise CommandError(f"bisect {n}/{len(names)}: {name} changes "
                                    f"{', '.join(stale)}, which the build with patches 1-{n} "
                                    "did not compile (not in the configuration?)")
             say(f"bisect {n}/{len(names)}: compiled "
-                f"{', '.join(changed_c_files(os.path.join(PATCHES, name))) or 'no .c file changed'}")
+                f"{', '.join(changed_c_files(os.path.join(cfg.patches, name))) or 'no .c file changed'}")
         done.append(name)
     return done
 
@@ -414,7 +441,7 @@ def module_compiler(obj: str | None = None) -> ModuleCompiler:
     else gcc if it is version N, else gcc anyway, with a note saying so: Kbuild
     then uses the options it detected for N, and a build may fail on the system's
     difference (never on the student's code alone)."""
-    obj = obj or OBJ
+    obj = obj or tree().obj
     text = _config_value("CONFIG_CC_VERSION_TEXT", obj)
     try:
         major = int(_config_value("CONFIG_GCC_VERSION", obj)) // 10000
@@ -433,22 +460,23 @@ def module_compiler(obj: str | None = None) -> ModuleCompiler:
                           f"compiler)")
 
 
-def build_module(src_dir: str, out_dir: str, log: str) -> list[str]:
-    """Build an out-of-tree module with Kbuild against the lab kernel.
+def build_module(src_dir: str, out_dir: str, log: str, t: Tree | None = None) -> list[str]:
+    """Build an out-of-tree module with Kbuild against the lab kernel (t).
 
     The sources are copied to out_dir first so that the source folder stays
     clean; returns the .ko files built.
     """
-    if not os.path.exists(os.path.join(OBJ, "Module.symvers")):
-        raise FileNotFoundError("the lab kernel is not built: run 'make kernel'")
+    t = t or tree()
+    if not os.path.exists(os.path.join(t.obj, "Module.symvers")):
+        raise MissingError("the lab kernel is not built: run 'make kernel'")
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.copytree(src_dir, out_dir)
-    cc = module_compiler()
-    run_logged(["make", "-C", OBJ, f"M={out_dir}", "W=1", f"CC={cc.cc}", "modules"], log,
+    cc = module_compiler(t.obj)
+    run_logged(["make", "-C", t.obj, f"M={out_dir}", "W=1", f"CC={cc.cc}", "modules"], log,
                f"module {os.path.basename(src_dir)}",
                env={**build_env(), "DEBIAN_KERNEL_NO_CC_VERSION_CHECK": "1"})
     return sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".ko"))
 
 
 __all__ = ["build", "apply_series", "unpack", "series", "tree", "Tree", "PatchError",
-           "ConfigError", "CommandError", "SRC", "OBJ", "BZIMAGE"]
+           "ConfigError", "CommandError"]

@@ -29,7 +29,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from . import BUILD, ROOT, MmiolabError, kernel, ktap, sandbox, vm
+from . import ROOT, MmiolabError, kernel, ktap, sandbox, vm
+from .config import Config
 from .initramfs import compile_programs
 from .labspec import LabSpec
 from .submission import read_regular
@@ -64,7 +65,7 @@ class Run:
     append: list[str] = field(default_factory=list)
 
 
-def kernel_tree() -> list[str]:
+def kernel_tree(cfg: Config | None = None) -> list[str]:
     """What a module build may read besides the toolchain: the kernel build tree
     and its source, by their real paths (the build tree names its source by the
     path it was configured with, and the sandbox shows only what it binds).
@@ -72,8 +73,9 @@ def kernel_tree() -> list[str]:
     before the kernel exists, when obj/source (a link to the source) is not
     there yet; bound by its own name, bubblewrap cannot mount over the link
     and every build failed."""
-    return sorted({os.path.realpath(kernel.OBJ), os.path.realpath(kernel.SRC),
-                   os.path.realpath(os.path.join(kernel.OBJ, "source"))})
+    t = kernel.tree(cfg)
+    return sorted({os.path.realpath(t.obj), os.path.realpath(t.src),
+                   os.path.realpath(os.path.join(t.obj, "source"))})
 
 
 # The kernel's Kbuild makes no other environment matter (and gets none).
@@ -85,9 +87,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAKE_ERROR = re.compile(r"make(\[\d+\])?: \*\*\* ")
 
 
-def scratch_root() -> str:
+def scratch_root(cfg: Config | None = None) -> str:
     """Where the grader makes its scratch folders (sandboxes: searchable by all)."""
-    d = os.path.join(BUILD, "scratch")
+    d = os.path.join((cfg or Config.from_env()).build, "scratch")
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o755)
     return d
@@ -96,18 +98,18 @@ def scratch_root() -> str:
 _OWNED = re.compile(r"[a-z]+-(\d+)-")
 
 
-def new_scratch(prefix: str) -> str:
+def new_scratch(prefix: str, cfg: Config | None = None) -> str:
     """A fresh scratch folder, named for this process ('grade-PID-...'), so that
     remove_stale_scratch() can tell one a killed grader left behind."""
-    return tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=scratch_root())
+    return tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=scratch_root(cfg))
 
 
-def remove_stale_scratch() -> list[str]:
+def remove_stale_scratch(cfg: Config | None = None) -> list[str]:
     """Remove the scratch folders of graders that are gone (killed: no `finally`
     ran), with the student files in them; the names removed. A folder whose
     process still runs (a parallel grader) is left alone."""
     gone = []
-    root = scratch_root()
+    root = scratch_root(cfg)
     for name in sorted(os.listdir(root)):
         m = _OWNED.match(name)
         if not m:
@@ -124,18 +126,21 @@ def remove_stale_scratch() -> list[str]:
     return gone
 
 
-def confinement() -> tuple[bool, str]:
+def confinement(cfg: Config | None = None) -> tuple[bool, str]:
     """Whether module builds can be confined here; (ok, why not)."""
-    return sandbox.probe(kernel_tree(), scratch_root())
+    return sandbox.probe(kernel_tree(cfg), scratch_root(cfg), cfg)
 
 
-def build_text(text: str, folder: str = "", source: str = "", named: str = "") -> str:
+def build_text(text: str, folder: str = "", source: str = "", named: str = "",
+               cfg: Config | None = None) -> str:
     """Build output as a student may see it: no host paths, no colour codes, and
     the compiler's messages about `source` (ringdrv.c: ...) naming it `named`, as
     the student named it, when that is another name."""
     text = _ANSI.sub("", text)
-    hosts = [(folder, ""), (kernel.OBJ, "linux-build"), (kernel.SRC, "linux"),
-             (BUILD, "build"), (ROOT, "mmiolab")]
+    cfg = cfg or Config.from_env()
+    t = kernel.tree(cfg)
+    hosts = [(folder, ""), (t.obj, "linux-build"), (t.src, "linux"),
+             (cfg.build, "build"), (ROOT, "mmiolab")]
     hosts += [(os.path.realpath(p), shown) for p, shown in hosts[1:]]
     hosts = sorted(set(hosts), key=lambda p: -len(p[0]))
     for path, shown in hosts + [(sandbox.INSIDE, "")]:
@@ -152,14 +157,16 @@ def build_text(text: str, folder: str = "", source: str = "", named: str = "") -
 
 
 def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool = True,
-                 named: str = "") -> Build:
+                 named: str = "", cfg: Config | None = None) -> Build:
     """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
     (sandbox.py) within the lab's limits (Limits.build); the .ko, build.log and
     objdump.txt land in workdir. The log names the source `named` (its file name as
     the student gave it) if that is given."""
+    cfg = cfg or Config.from_env()
+    t = kernel.tree(cfg)
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    box = new_scratch("build")
+    box = new_scratch("build", cfg)
     try:
         os.chmod(box, 0o711)
         src = os.path.join(box, "src")
@@ -169,15 +176,15 @@ def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool = True,
             if name.endswith(".h"):
                 shutil.copy(os.path.join(lab.dir, name), src)
         shutil.copy(source, os.path.join(src, f"{lab.module}.c"))
-        sandbox.prepare(src)
+        sandbox.prepare(src, cfg)
         where = sandbox.INSIDE if confined else src
         limits = lab.limits.build()
-        cc = kernel.module_compiler()
-        res = sandbox.run(["make", "-C", os.path.realpath(kernel.OBJ), f"M={where}", "W=1",
-                           f"CC={cc.cc}", "modules"], src, kernel_tree(),
+        cc = kernel.module_compiler(t.obj)
+        res = sandbox.run(["make", "-C", os.path.realpath(t.obj), f"M={where}", "W=1",
+                           f"CC={cc.cc}", "modules"], src, kernel_tree(cfg),
                           os.path.join(box, "build.log"), limits, env=BUILD_ENV,
-                          confined=confined, hide=_hidden())
-        log = build_text(res.output, src, f"{lab.module}.c", named)
+                          confined=confined, hide=_hidden(), cfg=cfg)
+        log = build_text(res.output, src, f"{lab.module}.c", named, cfg)
         with open(os.path.join(workdir, "build.log"), "w") as f:
             f.write(log)
         if res.status == "timeout":
@@ -225,21 +232,21 @@ def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
     return True
 
 
-def disassemble(ko: str, confined: bool = True) -> str:
+def disassemble(ko: str, confined: bool = True, cfg: Config | None = None) -> str:
     """objdump -d -r of a module, itself confined: binutils reading a file a student
     shaped is one more parser to keep away from the host."""
-    box = new_scratch("objdump")
+    box = new_scratch("objdump", cfg)
     try:
         os.chmod(box, 0o711)
         src = os.path.join(box, "src")
         os.mkdir(src)
         shutil.copy(ko, os.path.join(src, "module.ko"))
-        sandbox.prepare(src)
+        sandbox.prepare(src, cfg)
         where = sandbox.INSIDE if confined else src
         limits = sandbox.Limits(timeout=60, cpu_seconds=60, output_cap=64 << 20)
         res = sandbox.run(["objdump", "-d", "-r", "-w", "--no-show-raw-insn",
                            f"{where}/module.ko"], src, [], os.path.join(box, "objdump.txt"),
-                          limits, confined=confined, hide=_hidden())
+                          limits, confined=confined, hide=_hidden(), cfg=cfg)
         if res.status != "ok":
             raise BuildFailed(f"the module could not be disassembled ({res.status})",
                               "objdump")
@@ -248,17 +255,18 @@ def disassemble(ko: str, confined: bool = True) -> str:
         shutil.rmtree(box, ignore_errors=True)
 
 
-def guest_programs(lab: LabSpec) -> dict[str, str]:
+def guest_programs(lab: LabSpec, cfg: Config | None = None) -> dict[str, str]:
     """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
     headers = [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
-    return compile_programs(os.path.join(lab.dir, "tests"), os.path.join(lab.out, "bin"),
+    out = os.path.join((cfg or Config.from_env()).build, "labs", lab.name, "bin")
+    return compile_programs(os.path.join(lab.dir, "tests"), out,
                             ["-pthread", f"-I{lab.dir}"], headers)
 
 
 def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
               append: list[str] | None = None, timeout: float = 90,
               console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
-              smp: int | None = None) -> Run:
+              smp: int | None = None, cfg: Config | None = None) -> Run:
     """Boot a guest and run the lab's harness (or another: the hidden tests')
     on the driver, once per seed."""
     nonce = ktap.make_nonce()
@@ -266,21 +274,20 @@ def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int =
     files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
                                      "/job/harness.sh": harness,
                                      "/job/nonce": f"{nonce}\n".encode()}
-    for name, path in guest_programs(lab).items():
+    for name, path in guest_programs(lab, cfg).items():
         files[f"/job/{name}"] = path
     append = list(append or [])
     seed_list = " ".join(str(int(s)) for s in seeds)
     command = f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh"
-    cfg = vm.VMConfig(append=vm.RECORD_APPEND + append, timeout=timeout, console_cap=console_cap,
-                      done_marker=f"{nonce} {END_LINE}")
-    if smp:
-        cfg.smp = smp
-    res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
+    options = vm.VMConfig(append=vm.RECORD_APPEND + append, timeout=timeout,
+                          console_cap=console_cap, done_marker=f"{nonce} {END_LINE}",
+                          smp=smp or 0, config=cfg)
+    res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
         # The guest died before the harness started: nothing of the
         # submission had run. Seen under TCG as a rare int3 oops while
         # the boot patches a static key; boot once more before blaming
         # anyone, and keep the first console log.
         os.replace(res.log, res.log + ".boot-failure")
-        res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
+        res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
     return Run(list(seeds), nonce, res, append)

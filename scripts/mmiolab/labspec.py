@@ -88,7 +88,8 @@ except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, p
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import BUILD, ROOT, MmiolabError, sandbox, submission
+from . import ROOT, MmiolabError, sandbox, submission
+from .config import Config
 
 LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
@@ -191,7 +192,7 @@ class LabSpec:
     @property
     def out(self) -> str:
         """Where the kit keeps what it builds for the lab (build/labs/LAB)."""
-        return os.path.join(BUILD, "labs", self.name)
+        return os.path.join(Config.from_env().build, "labs", self.name)
 
     @property
     def harness(self) -> str:

@@ -17,7 +17,8 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from . import BUILD, ktap, stages, vm
+from . import ktap, stages, vm
+from .config import Config
 from .initramfs import HARNESS_LIB
 from .lab import END_LINE, build_driver, guest_programs
 from .stages import fabric_append
@@ -121,27 +122,29 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
 
 def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
                  append: list[str] | None = None, cmds: int = 10000,
-                 timeout: float | None = None) -> dict[str, dict[str, Tally]]:
+                 timeout: float | None = None,
+                 cfg: Config | None = None) -> dict[str, dict[str, Tally]]:
     """Several variants in one guest, one after the other, each under its own
     nonce: a boot per variant costs more than most variants' runs. A variant
     whose harness did not finish (a hang, a crash of the guest) and every
     variant after it are run again alone, so one cannot spoil another's count.
     `timeout` is per variant (default: budget())."""
     timeout = timeout or budget(spec, seeds)
-    base = os.path.join(BUILD, "labtest", spec.name)
+    cfg = cfg or Config.from_env()
+    base = os.path.join(cfg.build, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     out: dict[str, dict[str, Tally]] = {}
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         files: dict[str, str | bytes] = {
             "/job/harness.sh": spec.harness}
-        for name, path in guest_programs(spec).items():
+        for name, path in guest_programs(spec, cfg).items():
             files[f"/job/{name}"] = path
         nonces = []
         for i, variant in enumerate(names):
             work = os.path.join(tmp, f"v{i}")
             os.makedirs(work)
             built = build_driver(spec, variant_source(spec, variant, work),
-                                 os.path.join(work, "build"))
+                                 os.path.join(work, "build"), cfg=cfg)
             nonces.append(ktap.make_nonce())
             files[f"/job/v/{i}.ko"] = built.ko
             files[f"/job/v/{i}.nonce"] = f"{nonces[i]}\n".encode()
@@ -150,17 +153,17 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
         command = batch_command(spec.module, len(names), seeds, cmds, timeout)
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
-        cfg = vm.VMConfig(append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
-                          timeout=timeout * len(names) + 60,
-                          done_marker=f"{batch} {END_LINE}")
-        res = vm.run(command, files=files, cfg=cfg, log_dir=log_dir)
+        options = vm.VMConfig.from_config(
+            cfg, append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
+            timeout=timeout * len(names) + 60, done_marker=f"{batch} {END_LINE}")
+        res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
         for variant, nonce in zip(names, nonces):
             if f"{nonce} {END_LINE}" in res.channel:
                 out[variant] = _tallies(spec, variant, seeds, res.channel, nonce, res.seconds)
     for variant in names:
         if variant not in out:
             out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
-                                       timeout=timeout)
+                                       timeout=timeout, cfg=cfg)
     return out
 
 
@@ -189,7 +192,8 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
                 cmds: int = 10000, timeout: float | None = None,
-                hidden: bool = False, stop_after: float | None = None) -> dict[str, Tally]:
+                hidden: bool = False, stop_after: float | None = None,
+                cfg: Config | None = None) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one
     guest under the lab's fabric (plus `append`); a Tally per per-seed test.
     hidden: the lab's hidden tests instead, in their own guest and fabric.
@@ -200,11 +204,12 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
     cut = stop_after is not None and stop_after < timeout
     if cut:
         timeout = stop_after
-    base = os.path.join(BUILD, "labtest", spec.name)
+    cfg = cfg or Config.from_env()
+    base = os.path.join(cfg.build, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         src = variant_source(spec, variant, tmp)
-        built = build_driver(spec, src, os.path.join(tmp, "build"))
+        built = build_driver(spec, src, os.path.join(tmp, "build"), cfg=cfg)
         # A plain folder name: QEMU's option syntax breaks paths with commas.
         name = variant + "-" + "-".join(append or ["default"]) + ("-hidden" if hidden else "")
         log_dir = os.path.join(base, re.sub(r"[^A-Za-z0-9._=-]", "-", name))
@@ -212,7 +217,7 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
         # console cap, as labstats has always run).
         run = stages.run_guest(spec, built.ko, seeds, log_dir, hidden=hidden, cmds=cmds,
                                append=list(append or []), timeout=timeout,
-                               console_cap=vm.VMConfig.console_cap)
+                               console_cap=vm.VMConfig.console_cap, cfg=cfg)
     stopped = cut and run.result.status == "hang"
     tallies = _tallies(spec, variant, seeds, run.result.channel, run.nonce, run.result.seconds,
                        hidden, partial=stopped)

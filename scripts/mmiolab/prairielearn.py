@@ -57,7 +57,8 @@ import shutil
 import uuid
 from typing import Any
 
-from . import BUILD, ROOT
+from . import ROOT
+from .config import Config
 from .report import _clean_obj, _clean_text, summary_text
 from .model import _WHY, GradeResult, _num, atomic_write
 from .template import fill
@@ -320,5 +321,5 @@ def _put_image_files(spec: Any, image_dir: str, has_hidden: bool,
         entrypoint=ENTRYPOINT).encode())
 
 
-def default_out() -> str:
-    return os.path.join(BUILD, "prairielearn")
+def default_out(cfg: Config | None = None) -> str:
+    return os.path.join((cfg or Config.from_env()).build, "prairielearn")

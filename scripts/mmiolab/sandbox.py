@@ -38,11 +38,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import MmiolabError
+from .config import Config
 
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
-SANDBOX_UID = int(os.environ.get("MMIOLAB_SANDBOX_UID", "65534"))
-SANDBOX_GID = int(os.environ.get("MMIOLAB_SANDBOX_GID", "65534"))
 INSIDE = "/build"                      # the writable folder, as the confined step sees it
 PATH = "/usr/bin:/bin"
 
@@ -77,6 +76,19 @@ class Result:
         return f"{self.status} (status {self.returncode}, {self.seconds:.1f}s): {head}"
 
 
+def ids(cfg: Config | None = None) -> tuple[int, int]:
+    """The uid and gid a confined step runs as (Config.sandbox_uid/gid)."""
+    cfg = cfg or Config.from_env()
+    return cfg.sandbox_uid, cfg.sandbox_gid
+
+
+def __getattr__(name: str):
+    # SANDBOX_UID and SANDBOX_GID, from the environment when asked (tests).
+    if name in ("SANDBOX_UID", "SANDBOX_GID"):
+        return ids()[name == "SANDBOX_GID"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _dropping() -> bool:
     return os.geteuid() == 0
 
@@ -95,11 +107,13 @@ def _usr_layout() -> list[str]:
     return args
 
 
-def bwrap_args(writable: str, readonly: list[str], hide: list[str] = ()) -> list[str]:
+def bwrap_args(writable: str, readonly: list[str], hide: list[str] = (),
+               cfg: Config | None = None) -> list[str]:
     """The bubblewrap command line up to '--' (exposed for tests and the docs)."""
+    uid, gid = ids(cfg)
     args = [BWRAP, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
-            "--new-session", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+            "--new-session", "--uid", str(uid), "--gid", str(gid),
             "--hostname", "mmiolab-build"]
     args += _usr_layout()
     for path in hide:                  # e.g. the kit, if it sits under /usr
@@ -122,22 +136,24 @@ def _prlimit(limits: Limits) -> list[str]:
             f"--nofile={limits.open_files}", "--core=0", "--"]
 
 
-def prepare(folder: str) -> None:
+def prepare(folder: str, cfg: Config | None = None) -> None:
     """Make `folder` the sandbox's writable folder: owned by the sandbox uid. Its
     parents must be searchable by that uid (bubblewrap runs as it): the caller
     makes its own folders 0711; the host's folders are never changed here."""
     if _dropping():
+        uid, gid = ids(cfg)
         for top, dirs, files in os.walk(folder):
             for name in [top] + [os.path.join(top, n) for n in dirs + files]:
-                os.lchown(name, SANDBOX_UID, SANDBOX_GID)
+                os.lchown(name, uid, gid)
 
 
 _probe_cache: dict[tuple, tuple[bool, str]] = {}
 
 
-def probe(readonly: list[str], scratch: str) -> tuple[bool, str]:
+def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> tuple[bool, str]:
     """Whether a confined step can run here and read `readonly`; (ok, why not)."""
-    key = (tuple(readonly), scratch)
+    uid, _ = ids(cfg)
+    key = (tuple(readonly), scratch, ids(cfg))
     if key in _probe_cache:
         return _probe_cache[key]
     if not os.path.exists(BWRAP):
@@ -147,21 +163,21 @@ def probe(readonly: list[str], scratch: str) -> tuple[bool, str]:
         tmp = os.path.join(scratch, f"probe-{os.getpid()}")
         os.makedirs(tmp, exist_ok=True)
         os.chmod(scratch, 0o755)
-        prepare(tmp)
+        prepare(tmp, cfg)
         checks = " && ".join(f"test -r {p}" for p in readonly) or "true"
-        cmd = bwrap_args(tmp, readonly) + ["--setenv", "PATH", PATH, "--",
+        cmd = bwrap_args(tmp, readonly, cfg=cfg) + ["--setenv", "PATH", PATH, "--",
                                            "/bin/sh", "-c", checks]
         try:
             res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=30, **_user_kw())
+                                 timeout=30, **_user_kw(cfg))
             ok = res.returncode == 0
             why = "" if ok else (res.stderr.strip() or
                                  f"the sandbox cannot read {', '.join(readonly)} as uid "
-                                 f"{SANDBOX_UID} (are its folders readable by others?)")
+                                 f"{uid} (are its folders readable by others?)")
             private = _private_folder(list(readonly) + [scratch])
             if not ok and private:
                 why += (f"\n{private} is private (other users cannot enter it), and the "
-                        f"confined build runs as uid {SANDBOX_UID}: keep the kit in a folder "
+                        f"confined build runs as uid {uid}: keep the kit in a folder "
                         f"others can enter, e.g. /srv or /opt rather than /root, or "
                         f"chmod o+x {private}")
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -187,9 +203,10 @@ def _private_folder(paths: list[str]) -> str:
     return ""
 
 
-def _user_kw() -> dict:
+def _user_kw(cfg: Config | None = None) -> dict:
     if _dropping():
-        return {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+        uid, gid = ids(cfg)
+        return {"user": uid, "group": gid, "extra_groups": []}
     return {}
 
 
@@ -200,7 +217,7 @@ def _rmtree(path: str) -> None:
 
 def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
         env: dict[str, str] | None = None, confined: bool = True,
-        hide: list[str] = ()) -> Result:
+        hide: list[str] = (), cfg: Config | None = None) -> Result:
     """Run argv with `writable` as its only writable folder (/build when confined).
 
     stdout and stderr go to `log` (created here, outside `writable`); Result.output
@@ -210,7 +227,7 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
     info_r = info_w = -1
     if confined:
         info_r, info_w = os.pipe()
-        cmd = bwrap_args(writable, readonly, hide) + ["--info-fd", str(info_w)]
+        cmd = bwrap_args(writable, readonly, hide, cfg) + ["--info-fd", str(info_w)]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         cmd += ["--"] + _prlimit(limits) + argv
@@ -225,7 +242,7 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     cwd=cwd, env=run_env, start_new_session=True,
-                                    pass_fds=(info_w,) if confined else (), **_user_kw())
+                                    pass_fds=(info_w,) if confined else (), **_user_kw(cfg))
         except OSError as e:
             raise SandboxError(f"cannot start {cmd[0]}: {e}") from e
         finally:

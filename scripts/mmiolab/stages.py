@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import guestout, ktap, model, objcheck, prairielearn, report, submission
+from .config import Config
 from .gradebook import MergeReport, update_gradebook
 from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
 from .labspec import GradedTest, LabSpec, boot_words
@@ -81,7 +82,8 @@ class Refused(Checked):
 
 def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool,
             out_dir: str | None = None, build_dir: str | None = None,
-            source_named: str = "", whole_build_log: bool = False) -> Prepared | Refused:
+            source_named: str = "", whole_build_log: bool = False,
+            cfg: Config | None = None) -> Prepared | Refused:
     """Intake, build and check one submission (source: a file, folder or archive).
 
     shown names the submission in intake's messages (grade.display_name, or the
@@ -91,12 +93,14 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     build.log) in build_dir, by default work_dir/build; starter.diff in out_dir
     when given. A build that fails is refused with the compiler's error lines,
     or with all it printed when whole_build_log (the lab VM: the student's own
-    build, read in a terminal)."""
+    build, read in a terminal). cfg: the kit's configuration (default: the
+    environment's)."""
+    cfg = cfg or Config.from_env()
     intake = submission.intake_for_lab(spec, source, os.path.join(work_dir, "intake"),
                                        bounded=True, shown=shown)
     if not intake.ok:
         # build_text: a member of an archive may be named by a host path.
-        return Refused(verdict=intake.verdict, why=build_text(intake.describe()))
+        return Refused(verdict=intake.verdict, why=build_text(intake.describe(), cfg=cfg))
     checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored])
     for taken in intake.taken:
         with open(taken.path, encoding="utf-8", errors="replace") as f:
@@ -124,7 +128,7 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     build_dir = build_dir or os.path.join(work_dir, "build")
     try:
         built = build_driver(spec, intake.files()[main], build_dir, confined=confined,
-                             named=named)
+                             named=named, cfg=cfg)
     except BuildFailed as e:
         log = _read(os.path.join(build_dir, "build.log"))
         shown_log = log if whole_build_log and log else str(e)
@@ -135,7 +139,7 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     if not found.verdict:
         try:
             found = objcheck.check_code(objcheck.parse_objdump(
-                disassemble(built.ko, confined=confined)))
+                disassemble(built.ko, confined=confined, cfg=cfg)))
         except BuildFailed as e:
             found = objcheck.Findings(refused=[str(e)])
     checked.flags += found.flags
@@ -180,7 +184,8 @@ class Ran:
 
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
               cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
-              timeout: float | None = None, console_cap: int | None = None) -> Run:
+              timeout: float | None = None, console_cap: int | None = None,
+              cfg: Config | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
     fabric) over the seeds, under the lab's fabric plus `append`. The time and
     console limits are the lab's unless given."""
@@ -189,24 +194,25 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
                      append=fabric_append(spec, hidden=hidden) + list(append),
                      timeout=spec.limits.run_timeout if timeout is None else timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
-                     **kw)
+                     cfg=cfg, **kw)
 
 
 def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = 10000,
-        append: list[str] | tuple[str, ...] = (), title: str = "") -> Ran:
+        append: list[str] | tuple[str, ...] = (), title: str = "",
+        cfg: Config | None = None) -> Ran:
     """Run a prepared module: the visible tests in a guest (its logs, and the
     picture of a failing run titled `title`, in out_dir), then, if the lab has
     hidden tests and that guest finished, the hidden tests in a second one
     (out_dir/hidden). Every parser of guest output runs in a bounded child
     (guestout.read_bounded)."""
-    visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append)
+    visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append, cfg=cfg)
     res = visible.result
     ran = Ran(visible=visible, out_dir=out_dir,
               seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
         ran.hidden = run_guest(spec, ready.ko, seeds, os.path.join(out_dir, "hidden"),
-                               hidden=True, cmds=cmds, append=append)
+                               hidden=True, cmds=cmds, append=append, cfg=cfg)
         ran.hidden_seen = guestout.read_bounded(ran.hidden.result.channel,
                                                 ran.hidden.result.console, ran.hidden.nonce)
     return ran

@@ -127,7 +127,7 @@ def ring() -> Ring:
     kernel tree (a handout's prebuilt tree carries it); a TraceError says where
     it looked."""
     from . import kernel
-    path = os.path.join(kernel.SRC, RING_HEADER)
+    path = os.path.join(kernel.tree().src, RING_HEADER)
     try:
         with open(path, encoding="utf-8") as f:
             return parse_ring_header(f.read(), path)

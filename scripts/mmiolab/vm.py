@@ -27,14 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
-from . import BUILD, MmiolabError, kernel
-from .initramfs import BASE, Archive, with_overlay
+from . import MmiolabError, initramfs, kernel
+from .config import Config
+from .initramfs import Archive, with_overlay
 
 QEMU = "qemu-system-x86_64"
 QBOOT = "/usr/share/qemu/qboot.rom"
-KERNEL = kernel.BZIMAGE
 DEBUG_EXIT = "isa-debug-exit,iobase=0xf4,iosize=0x04"
 PANIC_MARK = "Kernel panic - not syncing"
 # loglevel=5: the console shows KERN_WARNING and above, so a driver's WARN()
@@ -54,17 +54,47 @@ class VMError(MmiolabError):
     """The VM could not be started at all (no kernel, no QEMU)."""
 
 
+def __getattr__(name: str):
+    # KERNEL, from the environment when asked (tests): kernel.tree().bzimage.
+    if name == "KERNEL":
+        return kernel.tree().bzimage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @dataclass
 class VMConfig:
-    kernel: str = KERNEL
-    initrd: str = BASE
-    smp: int = int(os.environ.get("MMIOLAB_SMP", "2"))
-    memory: str = os.environ.get("MMIOLAB_MEM", "512M")
+    """One guest's options. What is left empty comes from the kit's Config:
+    VMConfig.from_config(cfg, ...) passes the command's, VMConfig(...) builds
+    one from the environment (MMIOLAB_SMP, MMIOLAB_MEM, MMIOLAB_ACCEL...)."""
+    kernel: str = ""              # the config's kernel (kernel.tree(cfg))
+    initrd: str = ""              # the base initramfs
+    smp: int = 0                  # 2
+    memory: str = ""              # 512M
     append: list[str] = field(default_factory=list)
     timeout: float = 120.0
-    accel: str = os.environ.get("MMIOLAB_ACCEL", "auto")   # auto | kvm | tcg
+    accel: str = ""               # auto | kvm | tcg
     console_cap: int = 4 << 20
     done_marker: str = ""         # a channel line that ends the run (grading)
+    build: str = ""               # where runs' logs and the KVM probe's verdict go
+    monitor: str | None = None    # debugging: a QEMU monitor socket ("" none)
+    config: InitVar[Config | None] = None
+
+    def __post_init__(self, config: Config | None) -> None:
+        if self.kernel and self.initrd and self.smp and self.memory and self.accel \
+                and self.build and self.monitor is not None:
+            return
+        cfg = config or Config.from_env()
+        self.kernel = self.kernel or kernel.tree(cfg).bzimage
+        self.initrd = self.initrd or initramfs.base(cfg)
+        self.smp = self.smp or cfg.smp
+        self.memory = self.memory or cfg.memory
+        self.accel = self.accel or cfg.accel
+        self.build = self.build or cfg.build
+        self.monitor = cfg.qemu_monitor if self.monitor is None else self.monitor
+
+    @classmethod
+    def from_config(cls, cfg: Config, **options) -> VMConfig:
+        return cls(config=cfg, **options)
 
 
 @dataclass
@@ -103,7 +133,10 @@ vm = fcntl.ioctl(fd, 0xAE01, 0)               # KVM_CREATE_VM
 cpu = fcntl.ioctl(vm, 0xAE41, 0)              # KVM_CREATE_VCPU
 print("kvm ok")
 """
-ACCEL_CACHE = os.path.join(BUILD, "vm", "accel.json")
+
+
+def _accel_file(cfg: VMConfig) -> str:
+    return os.path.join(cfg.build, "vm", "accel.json")
 
 
 def _probe_key(cfg: VMConfig) -> str:
@@ -122,8 +155,9 @@ def probe_kvm(cfg: VMConfig, timeout: float = 3.0) -> tuple[bool, str]:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm missing or not accessible"
     key = _probe_key(cfg)
+    cache = _accel_file(cfg)
     try:
-        with open(ACCEL_CACHE) as f:
+        with open(cache) as f:
             cached = json.load(f)
         if cached.get("key") == key:
             return cached["kvm"], cached["reason"] + " (cached)"
@@ -137,15 +171,16 @@ def probe_kvm(cfg: VMConfig, timeout: float = 3.0) -> tuple[bool, str]:
     except subprocess.TimeoutExpired:
         ok, reason = False, f"/dev/kvm did not answer in {timeout:.0f}s"
     if ok:
-        probe_cfg = VMConfig(kernel=cfg.kernel, initrd=cfg.initrd, smp=1, timeout=15)
+        probe_cfg = VMConfig(kernel=cfg.kernel, initrd=cfg.initrd, smp=1, memory=cfg.memory,
+                             accel="kvm", timeout=15, build=cfg.build, monitor=cfg.monitor)
         res = run("true", cfg=probe_cfg, accel="kvm")
         ok = res.ok
         reason = "a KVM guest booted" if ok else f"a KVM guest failed: {res.status}"
-    os.makedirs(os.path.dirname(ACCEL_CACHE), exist_ok=True)
-    tmp = f"{ACCEL_CACHE}.{os.getpid()}.tmp"      # test runs may probe at once
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    tmp = f"{cache}.{os.getpid()}.tmp"      # test runs may probe at once
     with open(tmp, "w") as f:
         json.dump({"key": key, "kvm": ok, "reason": reason}, f)
-    os.replace(tmp, ACCEL_CACHE)
+    os.replace(tmp, cache)
     return ok, reason
 
 
@@ -194,7 +229,7 @@ def run(command: str, files: dict[str, str | bytes] | None = None,
     cfg = cfg or VMConfig()
     accel = accel or choose_accel(cfg)
     if log_dir is None:
-        return _run_in(command, files, cfg, tempfile.mkdtemp(prefix="vm-", dir=_runs_dir()),
+        return _run_in(command, files, cfg, tempfile.mkdtemp(prefix="vm-", dir=_runs_dir(cfg)),
                        accel)
     with claim_dir(log_dir) as d:
         return _run_in(command, files, cfg, d, accel)
@@ -246,8 +281,8 @@ def _overlaid(base: str, files: dict[str, str | bytes], out: str) -> str:
     return with_overlay(base, overlay, out)
 
 
-def _runs_dir() -> str:
-    d = os.path.join(BUILD, "vm", "runs")
+def _runs_dir(cfg: VMConfig) -> str:
+    d = os.path.join(cfg.build, "vm", "runs")
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -260,9 +295,8 @@ def _batch_command(cfg: VMConfig, accel: str, initrd: str, append: list[str], lo
     for stale in (channel_path, console_path):      # a log folder may be reused
         if os.path.lexists(stale):
             os.unlink(stale)
-    monitor = os.environ.get("MMIOLAB_QEMU_MONITOR")   # debugging: a QMP/HMP socket
-    if monitor:
-        cmd += ["-monitor", f"unix:{monitor},server,nowait"]
+    if cfg.monitor:                                 # debugging: a QMP/HMP socket
+        cmd += ["-monitor", f"unix:{cfg.monitor},server,nowait"]
     cmd += ["-display", "none",
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
             # QEMU option values escape a comma by doubling it
@@ -448,7 +482,7 @@ def interactive(cfg: VMConfig | None = None, files: dict[str, str | bytes] | Non
     added to the initramfs, as for run()."""
     cfg = cfg or VMConfig()
     accel = choose_accel(cfg)
-    log_dir = log_dir or os.path.join(BUILD, "vm")
+    log_dir = log_dir or os.path.join(cfg.build, "vm")
     os.makedirs(log_dir, exist_ok=True)
     log = os.path.join(log_dir, "console.log")
     channel = os.path.join(log_dir, "channel.log")

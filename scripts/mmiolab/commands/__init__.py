@@ -1,0 +1,32 @@
+"""The subcommands of python3 -m mmiolab, one module each.
+
+Each module has add_arguments(parser) and run(args, cfg) -> int (the exit
+status), and may have overrides(args) -> dict: the Config fields its
+arguments set (vm --smp 4). __main__.py builds the one parser, the Config
+(Config.from_env(os.environ, **overrides)) and catches MmiolabError.
+"""
+
+# subcommand: (its module here, its usage name, what it does). The usage name
+# is the script's it was before (scripts/grade, scripts/kit labvm...): usage
+# and error lines read as they did.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "grade": ("grade", "grade", "grade lab submissions in the lab VM"),
+    "kernel": ("kernel", "kit kernel", "unpack, patch and build the lab kernel"),
+    "initramfs": ("initramfs", "kit initramfs", "build the guest's initramfs"),
+    "vm": ("vm", "kit vm", "the interactive lab VM (leave with Ctrl-A X)"),
+    "run": ("run", "kit run", "boot, run a command in the guest, print its output"),
+    "bench": ("bench", "kit bench", "the fabric's benchmark in a guest"),
+    "bisect": ("bisect", "kit bisect", "build every prefix of the patch series"),
+    "labvm": ("labvm", "kit labvm", "a lab's VM with your driver in it"),
+    "timeline": ("timeline", "kit timeline", "draw a run recorded in the lab VM"),
+    "merge": ("merge", "python3 -m mmiolab merge",
+              "merge results and gradebook shards into one gradebook"),
+    "handout": ("handout", "handout", "each lab's student handout"),
+    "gradescope": ("gradescope", "gradescope", "a lab's Gradescope autograder zip"),
+    "prairielearn": ("prairielearn", "prairielearn",
+                     "a lab's PrairieLearn question and grader image"),
+    "labstats": ("labstats", "labstats", "measure a lab's claims over many seeded runs"),
+    "demo": ("demo", "demo", "build the kit and show it working"),
+    "trace-timeline": ("trace_timeline", "trace-timeline", "record the docs' doorbell traces"),
+    "coldstart": ("coldstart", "coldstart", "time a cold clone's make demo and make check"),
+}

@@ -1,0 +1,96 @@
+"""Grade lab submissions in the lab VM.
+
+  scripts/grade --lab doorbell alice/ringdrv.c          one submission
+  scripts/grade --lab doorbell -j2 class/               a class folder: one student
+                                                        per folder, archive or .c file
+  scripts/grade --lab doorbell --seed 7 alice.tar.gz    replay one seed
+  scripts/grade --lab doorbell --gradescope             inside Gradescope's container
+  scripts/grade --lab doorbell --prairielearn           inside PrairieLearn's container
+
+A submission is a .c file, a folder, a .tar.gz/.tgz/.tar or a .zip. Per
+submission the grader writes results.json (Gradescope), junit.xml,
+summary.txt and console.log under --out/ID; per batch, gradebook.csv,
+rewritten after each submission. A killed batch continues with --resume.
+
+Each build is confined (bubblewrap); where that cannot work, the grader stops
+unless --allow-unconfined-build is given, and then every report says so.
+Exit status: 0 when every submission was graded (whatever its score), 1 when
+the grader failed on one, 2 when it could not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import initramfs, kernel, labspec
+from ..config import Config
+from ..grade import GradeOptions, entries_for, grade_batch, grade_one
+from ..lab import confinement
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--lab", required=True, choices=labspec.lab_names())
+    ap.add_argument("-j", type=int, default=1, help="parallel VMs (at most the cores)")
+    ap.add_argument("--seeds", type=int, help="race seeds per submission (default: the lab's)")
+    ap.add_argument("--seed", type=int, action="append", help="this seed only (repeatable)")
+    ap.add_argument("--cmds", type=int, default=10000, help="commands per CPU per race run")
+    ap.add_argument("--out", help="where the outputs go (default: build/grades)")
+    ap.add_argument("--resume", action="store_true", help="skip submissions already graded")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--gradescope", action="store_true",
+                      help="grade /autograder/submission into /autograder/results")
+    mode.add_argument("--prairielearn", action="store_true",
+                      help="grade /grade/student into /grade/results/results.json")
+    ap.add_argument("--append", action="append", default=[],
+                    help="extra guest kernel command-line words, e.g. mmiosim.profile=pc")
+    ap.add_argument("--allow-unconfined-build", action="store_true",
+                    help="build unconfined where bubblewrap cannot work (each report says so)")
+    ap.add_argument("submissions", nargs="*")
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    spec = labspec.load_lab(args.lab)
+    if not os.path.exists(kernel.tree(cfg).bzimage):
+        print("grade: the lab kernel is not built: run 'make kernel initramfs'", file=sys.stderr)
+        return 2
+    confined, why = confinement(cfg)
+    if not confined:
+        if not args.allow_unconfined_build:
+            print(f"grade: cannot confine the module builds here: {why}\n"
+                  f"grade: an unconfined build compiles student code with the grader's view "
+                  f"of the files: #include and .incbin can read anything the grader can and "
+                  f"print it back.\ngrade: fix the cause above, or pass "
+                  f"--allow-unconfined-build (each report then says the build was "
+                  f"unconfined)", file=sys.stderr)
+            return 2
+        print(f"grade: WARNING: building unconfined ({why})", file=sys.stderr)
+    initramfs.build(cfg)
+    seeds = args.seed or (list(range(1, args.seeds + 1)) if args.seeds else list(spec.default_seeds))
+    jobs = max(1, min(args.j, os.cpu_count() or 1))
+    opts = GradeOptions(seeds=seeds, cmds=args.cmds,
+                        out=os.path.abspath(args.out or os.path.join(cfg.build, "grades")),
+                        resume=args.resume, append=tuple(args.append), confined=confined,
+                        cfg=cfg)
+    if args.gradescope or args.prairielearn:
+        # The platform's container contract: Gradescope's /autograder, PrairieLearn's
+        # external grading /grade (mmiolab/prairielearn.py); MMIOLAB_AUTOGRADER and
+        # MMIOLAB_PRAIRIELEARN move them (tests).
+        platform, root, student = ("gradescope", cfg.autograder, "submission") \
+            if args.gradescope else ("prairielearn", cfg.prairielearn, "student")
+        opts.out = os.path.join(cfg.build, f"{platform}-run")
+        r = grade_one(spec, os.path.join(root, student), "submission", opts,
+                      **{platform: os.path.join(root, "results", "results.json")})
+        print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
+        return 0
+    if not args.submissions:
+        args.parser.error("no submissions given")
+    entries = entries_for(spec, args.submissions)
+    print(f"grade: {len(entries)} submission(s) of lab {spec.name}, seeds "
+          f"{','.join(map(str, seeds))}, {jobs} VM(s) at a time; outputs in {opts.out}",
+          flush=True)
+    results = grade_batch(spec, entries, opts, jobs=jobs,
+                          progress=lambda line: print(line, flush=True))
+    print(f"grade: gradebook {os.path.join(opts.out, 'gradebook.csv')}")
+    return 0 if all(r.verdict != "grader-error" for r in results) else 1

@@ -1,0 +1,40 @@
+"""Pack a lab's Gradescope autograder: build/gradescope/mmiolab-LAB-autograder.zip.
+
+  scripts/gradescope --lab doorbell          one lab (make gradescope LAB=doorbell)
+  scripts/gradescope                         every lab
+
+Upload the zip on the assignment's "Configure Autograder" page, with a Debian 12
+base image. The zip holds setup.sh (packages, kernel, guest: once), run_autograder
+(one submission) and the kit without the labs' answers; see
+scripts/mmiolab/gradescope.py for what goes in and what stays out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import MmiolabError, gradescope, labspec
+from ..config import Config
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--lab", action="append", choices=labspec.lab_names(),
+                    help="this lab (repeatable; default: every lab)")
+    ap.add_argument("--out", help="where the zips go (default: build/gradescope)")
+    ap.add_argument("--allow-unconfined-build", action="store_true",
+                    help="grade even where the image cannot confine builds (reports say so)")
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    out = args.out or gradescope.default_out(cfg)
+    for name in args.lab or labspec.lab_names():
+        try:
+            path = gradescope.pack(labspec.load_lab(name), out,
+                                   allow_unconfined=args.allow_unconfined_build)
+        except MmiolabError as e:           # names the lab; status 1
+            print(f"gradescope: {name}: {e}", file=sys.stderr)
+            return 1
+        print(f"gradescope: {path} ({os.path.getsize(path) >> 10} KiB)")
+    return 0

@@ -1,0 +1,46 @@
+"""Pack a lab's PrairieLearn external grader: build/prairielearn/LAB/.
+
+  scripts/prairielearn --lab doorbell --image you/mmiolab-doorbell   one lab
+  scripts/prairielearn                                               every lab
+
+LAB/question/ goes into the course's questions/ folder (it holds the hidden
+tests' programs in tests/hidden/, which students cannot read); LAB/grader-image/
+builds the image named in its info.json, which PrairieLearn pulls from a
+public registry and which therefore holds no hidden tests and no answers. See
+scripts/mmiolab/prairielearn.py for PrairieLearn's contract and its sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import MmiolabError, labspec, prairielearn
+from ..config import Config
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--lab", action="append", choices=labspec.lab_names(),
+                    help="this lab (repeatable; default: every lab)")
+    ap.add_argument("--out", help="where the packs go (default: build/prairielearn)")
+    ap.add_argument("--image", default="",
+                    help="the image name info.json gives (with one lab; {lab} is replaced "
+                         "by the lab's name; default: a name that cannot be pulled, "
+                         f"{prairielearn.DEFAULT_IMAGE})")
+    ap.add_argument("--allow-unconfined-build", action="store_true",
+                    help="grade even where the container cannot confine builds (reports say so)")
+
+
+def run(args: argparse.Namespace, cfg: Config) -> int:
+    out = args.out or prairielearn.default_out(cfg)
+    for name in args.lab or labspec.lab_names():
+        try:
+            path = prairielearn.pack(labspec.load_lab(name), out,
+                                     image=args.image.replace("{lab}", name),
+                                     allow_unconfined=args.allow_unconfined_build)
+        except (MmiolabError, OSError) as e:    # names the lab; status 1
+            print(f"prairielearn: {name}: {e}", file=sys.stderr)
+            return 1
+        print(f"prairielearn: {path}/question (the course's questions/), "
+              f"{path}/grader-image (docker build)")
+    return 0

@@ -1,0 +1,66 @@
+"""The kit's configuration: one frozen object, built once by the command.
+
+python3 -m mmiolab builds a Config from the environment and its arguments
+(Config.from_env(os.environ, smp=4)) and passes it down: kernel.tree(cfg),
+vm.VMConfig.from_config(cfg), GradeOptions(cfg=cfg), ... No module reads the
+environment when it is imported; a library call given no Config builds one
+from the environment then (Config.from_env()).
+
+Every MMIOLAB_* variable the tools read is in ENV below, with its meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from . import ROOT
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    build: str = os.path.join(ROOT, "build")     # everything generated
+    kernel_tarball: str = "/usr/src/linux-source-6.12.tar.xz"
+    patches: str = os.path.join(ROOT, "patches")
+    debug: bool = False                          # the debug kernel is the one this process uses
+    smp: int = 2                                 # the guest's virtual CPUs
+    memory: str = "512M"                         # the guest's memory
+    accel: str = "auto"                          # auto | kvm | tcg
+    sandbox_uid: int = 65534                     # the confined build's ids (when run as root)
+    sandbox_gid: int = 65534
+    qemu_monitor: str = ""                       # debugging: a QEMU monitor socket
+    autograder: str = "/autograder"              # Gradescope's container root
+    prairielearn: str = "/grade"                 # PrairieLearn's container root
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> Config:
+        """The environment's settings (os.environ by default), then overrides
+        (None values are ignored: an argument the user did not give)."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for name, var in ENV.items():
+            if var in environ:
+                value = environ[var]
+                kind = type(getattr(cls, name))
+                values[name] = value == "1" if kind is bool else kind(value)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+# Config field: the environment variable that sets it (tests, Makefiles and
+# users set these; the names and meanings are part of the kit's interface).
+ENV = {
+    "build": "MMIOLAB_BUILD",
+    "kernel_tarball": "MMIOLAB_KERNEL_TARBALL",
+    "patches": "MMIOLAB_PATCHES",
+    "debug": "MMIOLAB_DEBUG",                # "1": make kernel DEBUG=1
+    "smp": "MMIOLAB_SMP",
+    "memory": "MMIOLAB_MEM",
+    "accel": "MMIOLAB_ACCEL",
+    "sandbox_uid": "MMIOLAB_SANDBOX_UID",
+    "sandbox_gid": "MMIOLAB_SANDBOX_GID",
+    "qemu_monitor": "MMIOLAB_QEMU_MONITOR",
+    "autograder": "MMIOLAB_AUTOGRADER",
+    "prairielearn": "MMIOLAB_PRAIRIELEARN",
+}
