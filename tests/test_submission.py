@@ -607,7 +607,7 @@ class LabSpecTest(unittest.TestCase):
             with open(patch, "w") as f:
                 f.write("Solution (fix): b is long.\n\n--- a/demo.c\n+++ b/demo.c\n"
                         "@@ -1,3 +1,3 @@\n int a;\n-int b;\n+long b;\n int c;\n")
-            with mock.patch.object(labspec, "BUILD", out):
+            with mock.patch.dict(os.environ, {"MMIOLAB_BUILD": out}):
                 spec = labspec.load(os.path.join(lab, "lab.toml"))
                 self.assertEqual(spec.solutions, ("fix",))
                 path = spec.solution_source("fix")
