@@ -121,6 +121,15 @@ class ConfigTest(unittest.TestCase):
         cfg = Config.from_env(env, smp=2, accel=None)
         self.assertEqual((cfg.smp, cfg.accel), (2, "tcg"))
 
+    def test_a_malformed_number_is_a_one_line_error(self):
+        with self.assertRaisesRegex(config.ConfigError, r"MMIOLAB_SMP='two': not an integer"):
+            Config.from_env({"MMIOLAB_SMP": "two"})
+        env = {**os.environ, "MMIOLAB_SANDBOX_UID": "x", "PYTHONPATH": os.path.join(ROOT, "scripts")}
+        res = subprocess.run([sys.executable, "-m", "mmiolab", "run", "--", "true"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual((res.returncode, res.stderr),
+                         (2, "mmiolab: run: error: MMIOLAB_SANDBOX_UID='x': not an integer\n"))
+
     def test_what_is_built_from_it(self):
         from mmiolab import kernel, vm
         cfg = Config(build="/b", smp=3, memory="1G", accel="tcg", qemu_monitor="/m")

@@ -15,7 +15,11 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from . import ROOT
+from . import ROOT, MmiolabError
+
+
+class ConfigError(MmiolabError):
+    """An MMIOLAB_* variable whose value is not of its kind."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +47,10 @@ class Config:
             if var in environ:
                 value = environ[var]
                 kind = type(getattr(cls, name))
-                values[name] = value == "1" if kind is bool else kind(value)
+                try:
+                    values[name] = value == "1" if kind is bool else kind(value)
+                except ValueError:
+                    raise ConfigError(f"{var}={value!r}: not an integer") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
