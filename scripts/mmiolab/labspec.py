@@ -347,15 +347,19 @@ def load_lab(name: str, labs_dir: str = LABS_DIR) -> LabSpec:
     return spec
 
 
-def load(path: str) -> LabSpec:
-    """Read and validate one lab.toml."""
+def _read_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as e:
         raise LabSpecError(f"{path}: cannot read: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise LabSpecError(f"{path}: not valid TOML: {e}") from e
+
+
+def load(path: str) -> LabSpec:
+    """Read and validate one lab.toml."""
+    data = _read_toml(path)
     spec = from_dict(data, path)
     hidden = os.path.join(os.path.dirname(os.path.abspath(path)), "hidden", "hidden.toml")
     return with_hidden(spec, hidden) if os.path.exists(hidden) else spec
@@ -363,13 +367,7 @@ def load(path: str) -> LabSpec:
 
 def with_hidden(spec: LabSpec, path: str) -> LabSpec:
     """The lab with the hidden tests of hidden/hidden.toml added."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise LabSpecError(f"{path}: cannot read: {e.strerror}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise LabSpecError(f"{path}: not valid TOML: {e}") from e
+    data = _read_toml(path)
     v = _Validator(path)
     v.keys(data, "", required={"tests"}, optional={"smp", "fabric"})
     smp = data.get("smp", 4)

@@ -6,6 +6,26 @@ arguments set (vm --smp 4). __main__.py builds the one parser, the Config
 (Config.from_env(os.environ, **overrides)) and catches MmiolabError.
 """
 
+import sys
+from collections.abc import Callable
+
+from .. import MmiolabError
+
+
+def pack_each(prog: str, labs: list[str], pack: Callable[[str], str],
+              say: Callable[[str], str]) -> int:
+    """Pack each lab (gradescope, prairielearn): the first that fails is named,
+    status 1; each made is said in one line."""
+    for name in labs:
+        try:
+            path = pack(name)
+        except (MmiolabError, OSError) as e:
+            print(f"{prog}: {name}: {e}", file=sys.stderr)
+            return 1
+        print(f"{prog}: {say(path)}")
+    return 0
+
+
 # subcommand: (its module here, its usage name, what it does). The usage name
 # is the script's it was before (scripts/grade, scripts/kit labvm...): usage
 # and error lines read as they did.

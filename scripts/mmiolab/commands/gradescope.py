@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-from .. import MmiolabError, gradescope, labspec
+from .. import gradescope, labspec
 from ..config import Config
+from . import pack_each
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -29,12 +29,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
     out = args.out or gradescope.default_out(cfg)
-    for name in args.lab or labspec.lab_names():
-        try:
-            path = gradescope.pack(labspec.load_lab(name), out,
-                                   allow_unconfined=args.allow_unconfined_build)
-        except MmiolabError as e:           # names the lab; status 1
-            print(f"gradescope: {name}: {e}", file=sys.stderr)
-            return 1
-        print(f"gradescope: {path} ({os.path.getsize(path) >> 10} KiB)")
-    return 0
+    return pack_each("gradescope", args.lab or labspec.lab_names(),
+                     lambda name: gradescope.pack(labspec.load_lab(name), out,
+                                                  allow_unconfined=args.allow_unconfined_build),
+                     lambda path: f"{path} ({os.path.getsize(path) >> 10} KiB)")

@@ -13,10 +13,10 @@ scripts/mmiolab/prairielearn.py for PrairieLearn's contract and its sources.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .. import MmiolabError, labspec, prairielearn
+from .. import labspec, prairielearn
 from ..config import Config
+from . import pack_each
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -33,14 +33,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
     out = args.out or prairielearn.default_out(cfg)
-    for name in args.lab or labspec.lab_names():
-        try:
-            path = prairielearn.pack(labspec.load_lab(name), out,
-                                     image=args.image.replace("{lab}", name),
-                                     allow_unconfined=args.allow_unconfined_build)
-        except (MmiolabError, OSError) as e:    # names the lab; status 1
-            print(f"prairielearn: {name}: {e}", file=sys.stderr)
-            return 1
-        print(f"prairielearn: {path}/question (the course's questions/), "
-              f"{path}/grader-image (docker build)")
-    return 0
+    return pack_each("prairielearn", args.lab or labspec.lab_names(),
+                     lambda name: prairielearn.pack(labspec.load_lab(name), out,
+                                                    image=args.image.replace("{lab}", name),
+                                                    allow_unconfined=args.allow_unconfined_build),
+                     lambda path: f"{path}/question (the course's questions/), "
+                                  f"{path}/grader-image (docker build)")
