@@ -36,7 +36,7 @@ import zipfile
 
 from . import ROOT
 from .config import Config
-from .handout import (ANSWER_DIRS, HandoutError, kit_files, kit_time, members, prebuilt,
+from .handout import (ANSWER_DIRS, kit_files, kit_time, member_file, members, prebuilt,
                       student_toml)
 from .labspec import LabSpec
 from .template import fill
@@ -66,14 +66,8 @@ def read_member(root: str, path: str, carrier: str) -> tuple[bytes, str] | None:
     """A kit file's bytes as an autograder carries it (lab.toml as students get
     it) and the file read, whose mode it keeps; None if it is not a file. A
     link must stay inside the kit and out of the answers."""
-    src = os.path.join(root, path)
-    if os.path.islink(src):
-        real = os.path.realpath(src)
-        if not real.startswith(os.path.realpath(root) + os.sep) or \
-                set(os.path.relpath(real, root).split(os.sep)) & set(ANSWER_DIRS):
-            raise HandoutError(f"{path}: links to {real}, which {carrier} cannot carry")
-        src = real
-    if not os.path.isfile(src):
+    src = member_file(root, path, carrier, ANSWER_DIRS)
+    if src is None:
         return None
     with open(src, "rb") as f:
         data = f.read()

@@ -258,6 +258,19 @@ def _gcc_package(compiler: str) -> str:
     return f"gcc-{m.group(1)}" if m else "gcc"
 
 
+def member_file(root: str, path: str, carrier: str, forbidden: tuple[str, ...]) -> str | None:
+    """The file a kit path names, or None if it is not a regular file. A link
+    must stay inside the kit and out of the forbidden folders."""
+    src = os.path.join(root, path)
+    if os.path.islink(src):
+        real = os.path.realpath(src)
+        if not real.startswith(os.path.realpath(root) + os.sep) or \
+                set(os.path.relpath(real, root).split(os.sep)) & set(forbidden):
+            raise HandoutError(f"{path}: links to {real}, which {carrier} cannot carry")
+        src = real
+    return src if os.path.isfile(src) else None
+
+
 def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
          built: Prebuilt | None = None) -> str:
     """Write out_dir/mmiolab-LAB.tar.gz (atomically) and return its path."""
@@ -265,14 +278,8 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
     top = f"mmiolab-{spec.name}"
     entries: list[tuple[str, str]] = []     # (name in the tarball, file on disk)
     for path in members(spec, kit_files(root)):
-        src = os.path.join(root, path)
-        if os.path.islink(src):
-            real = os.path.realpath(src)
-            if not real.startswith(os.path.realpath(root) + os.sep) or \
-                    set(os.path.relpath(real, root).split(os.sep)) & set(SECRET_DIRS):
-                raise HandoutError(f"{path}: links to {real}, which a handout cannot carry")
-            src = real
-        if os.path.isfile(src):
+        src = member_file(root, path, "a handout", SECRET_DIRS)
+        if src is not None:
             entries.append((path, src))
     for top_dir, _, names in os.walk(site):
         for n in names:
