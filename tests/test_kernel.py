@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 from mmiolab import BUILD, ROOT, kernel
@@ -119,6 +120,36 @@ class ProgressTest(unittest.TestCase):
                                         count_prefix="  CC", count_about=about)
                 self.assertIn(want, out.getvalue())
                 self.assertNotIn("of about 3", out.getvalue())
+
+
+class BuildLockTest(unittest.TestCase):
+    """Two builds of one tree (a test's and `make kernel`'s) broke each other's
+    dependency files: the second waits for the first, says so, then goes on."""
+
+    def test_second_build_waits_for_the_first(self):
+        import io
+        import sys
+        from unittest import mock
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+            held, released = os.path.join(tmp, "held"), os.path.join(tmp, "released")
+            child = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys, time
+sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
+from mmiolab import kernel
+with kernel.building(kernel.Tree(kdir={tmp!r})):
+    open({held!r}, "w").close()
+    time.sleep(1)
+    open({released!r}, "w").close()
+"""])
+            try:
+                while not os.path.exists(held) and child.poll() is None:
+                    time.sleep(0.05)
+                with mock.patch.object(sys, "stdout", io.StringIO()) as out:
+                    with kernel.building(kernel.Tree(kdir=tmp)):
+                        self.assertTrue(os.path.exists(released))
+            finally:
+                self.assertEqual(child.wait(timeout=30), 0)
+            self.assertIn("another process is building", out.getvalue())
 
 
 if __name__ == "__main__":

@@ -9,13 +9,16 @@ short).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 from . import ROOT, MmiolabError
 from .config import Config
@@ -290,12 +293,36 @@ def is_built(t: Tree | None = None) -> bool:
         stamp.get("built") == source_digest(t) + config_digest(t) == stamp.get("config")
 
 
+@contextlib.contextmanager
+def building(t: Tree) -> Iterator[None]:
+    """One build of a tree at a time on this host: two makes in one object
+    folder break each other's dependency files (seen: a test's build beside
+    `make kernel` failed with "fixdep: error opening file: mm/.debug.o.d")."""
+    os.makedirs(t.kdir, exist_ok=True)
+    fd = os.open(os.path.join(t.kdir, "build.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"{t.what}: another process is building {t.kdir}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)                    # closing also unlocks
+
+
 def build(force: bool = False, t: Tree | None = None) -> str:
     """Bring the kernel t (default: tree()) up to date with patches/ and its
-    config fragments; returns bzImage."""
+    config fragments; returns bzImage. Another process building the same
+    tree is waited for, and what it built is used."""
     t = t or tree()
     if t.prebuilt:
         return use_prebuilt(t)
+    with building(t):
+        return _build(force, t)
+
+
+def _build(force: bool, t: Tree) -> str:
     stamp = _load_stamp(t)
     src_d, cfg_d = source_digest(t), config_digest(t)
     if force or stamp.get("source") != src_d or not os.path.isdir(t.src):
