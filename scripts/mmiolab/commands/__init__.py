@@ -6,10 +6,22 @@ arguments set (vm --smp 4). __main__.py builds the one parser, the Config
 (Config.from_env(os.environ, **overrides)) and catches MmiolabError.
 """
 
+import argparse
 import sys
 from collections.abc import Callable
 
-from .. import MmiolabError
+from .. import MmiolabError, labspec
+
+
+def add_pack_arguments(ap: argparse.ArgumentParser, packs: str, out: str, where: str) -> None:
+    """--lab, --out and --allow-unconfined-build, as gradescope and prairielearn
+    take them: packs are what is made, out its default folder, where the place
+    it grades in."""
+    ap.add_argument("--lab", action="append", choices=labspec.lab_names(),
+                    help="this lab (repeatable; default: every lab)")
+    ap.add_argument("--out", help=f"where the {packs} go (default: {out})")
+    ap.add_argument("--allow-unconfined-build", action="store_true",
+                    help=f"grade even where {where} cannot confine builds (reports say so)")
 
 
 def pack_each(prog: str, labs: list[str], pack: Callable[[str], str],

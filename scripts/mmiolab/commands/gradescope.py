@@ -16,15 +16,11 @@ import os
 
 from .. import gradescope, labspec
 from ..config import Config
-from . import pack_each
+from . import add_pack_arguments, pack_each
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--lab", action="append", choices=labspec.lab_names(),
-                    help="this lab (repeatable; default: every lab)")
-    ap.add_argument("--out", help="where the zips go (default: build/gradescope)")
-    ap.add_argument("--allow-unconfined-build", action="store_true",
-                    help="grade even where the image cannot confine builds (reports say so)")
+    add_pack_arguments(ap, "zips", "build/gradescope", "the image")
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:

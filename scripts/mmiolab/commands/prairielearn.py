@@ -16,19 +16,15 @@ import argparse
 
 from .. import labspec, prairielearn
 from ..config import Config
-from . import pack_each
+from . import add_pack_arguments, pack_each
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--lab", action="append", choices=labspec.lab_names(),
-                    help="this lab (repeatable; default: every lab)")
-    ap.add_argument("--out", help="where the packs go (default: build/prairielearn)")
+    add_pack_arguments(ap, "packs", "build/prairielearn", "the container")
     ap.add_argument("--image", default="",
                     help="the image name info.json gives (with one lab; {lab} is replaced "
                          "by the lab's name; default: a name that cannot be pulled, "
                          f"{prairielearn.DEFAULT_IMAGE})")
-    ap.add_argument("--allow-unconfined-build", action="store_true",
-                    help="grade even where the container cannot confine builds (reports say so)")
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
