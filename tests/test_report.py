@@ -270,6 +270,8 @@ class SummaryTest(unittest.TestCase):
         self.assertIn("skipped", text)
         self.assertIn("scripts/grade --lab doorbell --seed 1", text)
         self.assertIn("Console log: /out/alice/console.log", text)
+        # The fabric in the kernel's words, as FABRIC= takes them (locking=2004).
+        self.assertIn("fabric: profile sn2, locking 2004, jitter_ns=150, route_ns=400", text)
 
     def test_crash_summary_has_the_oops(self):
         text = report.summary_text(graded("crash.channel.log", console="crash.console.log"))

@@ -83,7 +83,9 @@ class Replay:
             parts.append(f"{self.seeds_passed}/{len(self.seeds)} seeds passed")
         if self.first_failing_seed is not None:
             parts.append(f"first failing seed {self.first_failing_seed}")
-        fabric = [f"profile {self.profile or '?'}", f"semantics {self.semantics or '?'}"]
+        # The fabric in the words FABRIC= and the trace headers use (the
+        # field keeps its old name: results.json and gradebooks carry it).
+        fabric = [f"profile {self.profile or '?'}", f"locking {self.semantics or '?'}"]
         fabric += [f"{k}={v}" for k, v in sorted(self.params.items())]
         return "; ".join(parts) + "; fabric: " + ", ".join(fabric)
 
