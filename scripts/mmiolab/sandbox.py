@@ -6,7 +6,9 @@ which go back to the student. So the build never sees the host: it runs in
 bubblewrap with
 
 - new user, pid, network, IPC, UTS (and, if possible, cgroup) namespaces,
-  no way to make further user namespaces, a new session (no terminal);
+  no way to make further user namespaces (bubblewrap's --disable-userns, or
+  where bubblewrap is older than 0.8, as on Ubuntu 22.04, a seccomp filter
+  that refuses them), a new session (no terminal);
 - an unprivileged uid outside as well as inside: when the grader is root it
   drops to SANDBOX_UID first, because a mapped root is still kuid 0 to the
   host's files and is exempt from RLIMIT_NPROC;
@@ -33,6 +35,7 @@ import os
 import re
 import select
 import signal
+import struct
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -107,12 +110,69 @@ def _usr_layout() -> list[str]:
     return args
 
 
+def _has_disable_userns() -> bool:
+    """Whether this bubblewrap has --disable-userns (0.8 and later)."""
+    global _disable_userns
+    if _disable_userns is None:
+        try:
+            res = subprocess.run([BWRAP, "--help"], capture_output=True, text=True, timeout=10)
+            _disable_userns = "--disable-userns" in res.stdout + res.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _disable_userns = True          # the probe then says why bubblewrap fails
+    return _disable_userns
+
+
+_disable_userns: bool | None = None
+
+
+def no_userns_filter() -> bytes:
+    """A classic BPF seccomp program (bubblewrap's --seccomp input) that refuses
+    new user namespaces, as Flatpak's filter does: clone() and unshare() with
+    CLONE_NEWUSER fail with EPERM; clone3(), whose flags a filter cannot read,
+    fails with ENOSYS, so the C library falls back to clone(); x32 and i386
+    system calls fail with EPERM (they would bypass the numbers checked)."""
+    def op(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("=HBBI", code, jt, jf, k)
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06   # BPF_LD|W|ABS, BPF_JMP|..|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    return b"".join([
+        op(ld, 0, 0, 4),                    # 0: seccomp_data.arch
+        op(jeq, 1, 0, 0xC000003E),          # 1: AUDIT_ARCH_X86_64 -> 3
+        op(ret, 0, 0, eperm),               # 2: i386
+        op(ld, 0, 0, 0),                    # 3: seccomp_data.nr
+        op(jge, 0, 1, 0x40000000),          # 4: __X32_SYSCALL_BIT -> 5, else 6
+        op(ret, 0, 0, eperm),               # 5
+        op(jeq, 0, 1, 435),                 # 6: clone3 -> 7, else 8
+        op(ret, 0, 0, enosys),              # 7
+        op(jeq, 2, 0, 56),                  # 8: clone -> 11
+        op(jeq, 1, 0, 272),                 # 9: unshare -> 11
+        op(ret, 0, 0, allow),               # 10
+        op(ld, 0, 0, 16),                   # 11: args[0], low 32 bits (the flags)
+        op(jset, 0, 1, 0x10000000),         # 12: CLONE_NEWUSER -> 13, else 14
+        op(ret, 0, 0, eperm),               # 13
+        op(ret, 0, 0, allow),               # 14
+    ])
+
+
+def _filter_fd() -> int:
+    """A pipe's read end holding no_userns_filter(), for --seccomp (or -1 where
+    --disable-userns does the job). The caller passes it on and closes it."""
+    if _has_disable_userns():
+        return -1
+    r, w = os.pipe()
+    os.write(w, no_userns_filter())
+    os.close(w)
+    return r
+
+
 def bwrap_args(writable: str, readonly: list[str], hide: list[str] = (),
-               cfg: Config | None = None) -> list[str]:
-    """The bubblewrap command line up to '--' (exposed for tests and the docs)."""
+               cfg: Config | None = None, seccomp_fd: int = -1) -> list[str]:
+    """The bubblewrap command line up to '--' (exposed for tests and the docs);
+    seccomp_fd (from _filter_fd) stands in for --disable-userns."""
     uid, gid = ids(cfg)
+    no_userns = ["--seccomp", str(seccomp_fd)] if seccomp_fd >= 0 else ["--disable-userns"]
     args = [BWRAP, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--disable-userns", "--die-with-parent",
+            "--unshare-uts", "--unshare-cgroup-try", *no_userns, "--die-with-parent",
             "--new-session", "--uid", str(uid), "--gid", str(gid),
             "--hostname", "mmiolab-build"]
     args += _usr_layout()
@@ -165,11 +225,13 @@ def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> tuple
         os.chmod(scratch, 0o755)
         prepare(tmp, cfg)
         checks = " && ".join(f"test -r {p}" for p in readonly) or "true"
-        cmd = bwrap_args(tmp, readonly, cfg=cfg) + ["--setenv", "PATH", PATH, "--",
-                                           "/bin/sh", "-c", checks]
+        fd = _filter_fd()
+        cmd = bwrap_args(tmp, readonly, cfg=cfg, seccomp_fd=fd) + [
+            "--setenv", "PATH", PATH, "--", "/bin/sh", "-c", checks]
         try:
             res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=30, **_user_kw(cfg))
+                                 timeout=30, pass_fds=(fd,) if fd >= 0 else (),
+                                 **_user_kw(cfg))
             ok = res.returncode == 0
             why = "" if ok else (res.stderr.strip() or
                                  f"the sandbox cannot read {', '.join(readonly)} as uid "
@@ -183,6 +245,8 @@ def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> tuple
         except (OSError, subprocess.TimeoutExpired) as e:
             ok, why = False, f"bubblewrap did not run: {e}"
         finally:
+            if fd >= 0:
+                os.close(fd)
             _rmtree(tmp)
         result = (ok, why)
     _probe_cache[key] = result
@@ -224,10 +288,11 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
     is its first limits.output_cap bytes. Never raises for what the step does.
     """
     env = _env(env or {})
-    info_r = info_w = -1
+    info_r = info_w = filter_r = -1
     if confined:
         info_r, info_w = os.pipe()
-        cmd = bwrap_args(writable, readonly, hide, cfg) + ["--info-fd", str(info_w)]
+        filter_r = _filter_fd()
+        cmd = bwrap_args(writable, readonly, hide, cfg, filter_r) + ["--info-fd", str(info_w)]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         cmd += ["--"] + _prlimit(limits) + argv
@@ -242,12 +307,14 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     cwd=cwd, env=run_env, start_new_session=True,
-                                    pass_fds=(info_w,) if confined else (), **_user_kw(cfg))
+                                    pass_fds=tuple(fd for fd in (info_w, filter_r) if fd >= 0),
+                                    **_user_kw(cfg))
         except OSError as e:
             raise SandboxError(f"cannot start {cmd[0]}: {e}") from e
         finally:
-            if info_w >= 0:
-                os.close(info_w)
+            for fd in (info_w, filter_r):
+                if fd >= 0:
+                    os.close(fd)
         child = _child_pid(info_r) if confined else None
         pidfd = _pidfd(child)
         status = None
