@@ -86,10 +86,10 @@ prairielearn: full-kit
 		$(UNCONFINED),--allow-unconfined-build)
 
 ## make cleanroots  use the handout, the Gradescope zip and the PrairieLearn grader of LAB
-##                  (default doorbell) in clean Debian 13, Debian 12 and Ubuntu 22.04 roots,
-##                  as their users would (root; Debian's and Ubuntu's archives;
+##                  (default doorbell) in clean Debian 13 and 12, Ubuntu 22.04 and 24.04
+##                  roots, as their users would (root; Debian's and Ubuntu's archives;
 ##                  RELEASES=, CHECKS= to narrow)
-RELEASES ?= trixie bookworm jammy
+RELEASES ?= trixie bookworm jammy noble
 CHECKS ?= handout gradescope prairielearn
 cleanroots: full-kit
 	@mkdir -p $(BUILD); fails=0; for r in $(RELEASES); do for c in $(CHECKS); do \
