@@ -127,10 +127,12 @@ _disable_userns: bool | None = None
 
 def no_userns_filter() -> bytes:
     """A classic BPF seccomp program (bubblewrap's --seccomp input) that refuses
-    new user namespaces, as Flatpak's filter does: clone() and unshare() with
-    CLONE_NEWUSER fail with EPERM; clone3(), whose flags a filter cannot read,
-    fails with ENOSYS, so the C library falls back to clone(); x32 and i386
-    system calls fail with EPERM (they would bypass the numbers checked)."""
+    new user namespaces: clone() and unshare() with CLONE_NEWUSER fail with
+    EPERM (Flatpak's filter refuses clone() so, and unshare() altogether: the
+    build needs neither); clone3(), whose flags a filter cannot read, fails
+    with ENOSYS, as in Chromium's sandbox, so the C library falls back to
+    clone(); x32 and i386 system calls fail with EPERM (they would bypass the
+    numbers checked)."""
     def op(code: int, jt: int, jf: int, k: int) -> bytes:
         return struct.pack("=HBBI", code, jt, jf, k)
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06   # BPF_LD|W|ABS, BPF_JMP|..|K, BPF_RET|K
