@@ -303,7 +303,8 @@ class GradescopeTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        from mmiolab import gradescope, labspec
+        from mmiolab import labspec
+        from mmiolab.platforms.gradescope import pack as gradescope
         cls.spec = labspec.load_lab("doorbell")
         cls.tmp = tempfile.mkdtemp(prefix="gradescope-", dir=BUILD)
         # (/autograder stands here: the confined build's user must enter it)
@@ -365,7 +366,8 @@ class GradescopeTest(unittest.TestCase):
     def test_hidden_tests_programs_go_in_and_nothing_else(self):
         """labs/LAB/hidden/: the autograder runs its programs; the handout has none
         of it; notes, expected outputs or patches stay out of both."""
-        from mmiolab import gradescope, handout, labspec
+        from mmiolab import handout, labspec
+        from mmiolab.platforms.gradescope import pack as gradescope
         kit = os.path.join(self.tmp, "kit")
         files = handout.kit_files(ROOT)
         for rel in files:
@@ -424,8 +426,8 @@ class GradescopeTest(unittest.TestCase):
         with open(os.path.join(root, "results", "results.json")) as f:
             text = f.read()
         data = json.loads(text)
-        from mmiolab.report import gradescope_problems
-        self.assertEqual(gradescope_problems(data), [])
+        from mmiolab.platforms import PLATFORMS
+        self.assertEqual(PLATFORMS["gradescope"].problems(data), [])
         self.assertEqual(data["score"], 100, text[:3000])
         self.assertEqual({t["name"] for t in data["tests"]},
                          {"build", "load_unload", "single_cpu", "race", "cost", "clean_log",

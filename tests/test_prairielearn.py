@@ -14,7 +14,10 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, labspec, model, prairielearn, stages
+from mmiolab import BUILD, ROOT, labspec, model, stages
+from mmiolab.platforms import PLATFORMS, prairielearn
+from mmiolab.platforms.gradescope.pack import read_member
+from mmiolab.platforms.prairielearn import pack as pl_pack
 from vmtest import need_guest, report as say
 
 MARKER = "HIDDEN-MARKER-7f3a9c"
@@ -140,7 +143,7 @@ class PackTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="prairielearn-")
         cls.spec = labspec.load_lab("doorbell")
-        cls.out = prairielearn.pack(cls.spec, cls.tmp, image="course/mmiolab-doorbell:1")
+        cls.out = pl_pack.pack(cls.spec, cls.tmp, image="course/mmiolab-doorbell:1")
         cls.files = sorted(os.path.relpath(os.path.join(d, n), cls.out)
                            for d, _, names in os.walk(cls.out) for n in names)
 
@@ -180,16 +183,16 @@ class PackTest(unittest.TestCase):
         info = json.loads(self.read("question/info.json"))
         self.assertLessEqual({"uuid", "type", "title", "topic"}, set(info))
         self.assertRegex(info["uuid"], r"^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$")
-        self.assertEqual(info["uuid"], prairielearn.question_uuid("doorbell"))
-        self.assertNotEqual(info["uuid"], prairielearn.question_uuid("posting"))
+        self.assertEqual(info["uuid"], pl_pack.question_uuid("doorbell"))
+        self.assertNotEqual(info["uuid"], pl_pack.question_uuid("posting"))
         self.assertEqual((info["type"], info["gradingMethod"]), ("v3", "External"))
         ext = info["externalGradingOptions"]
         self.assertEqual(ext["image"], "course/mmiolab-doorbell:1")
         self.assertTrue(ext["enabled"])
         self.assertFalse(ext["enableNetworking"])
         self.assertLessEqual(ext["timeout"], 600)
-        self.assertEqual(ext["entrypoint"], prairielearn.ENTRYPOINT)
-        other = prairielearn.pack(self.spec, os.path.join(self.tmp, "again"))
+        self.assertEqual(ext["entrypoint"], pl_pack.ENTRYPOINT)
+        other = pl_pack.pack(self.spec, os.path.join(self.tmp, "again"))
         with open(os.path.join(other, "question", "info.json")) as f:
             again = json.load(f)
         self.assertEqual(again["uuid"], info["uuid"])
@@ -204,13 +207,13 @@ class PackTest(unittest.TestCase):
         docker = self.read("grader-image/Dockerfile")
         self.assertIn("FROM ubuntu:24.04", docker)
         self.assertRegex(docker, r"(?m)^RUN /mmiolab/scripts/deps grade")
-        self.assertIn(f'ENTRYPOINT ["{prairielearn.ENTRYPOINT}"]', docker)
+        self.assertIn(f'ENTRYPOINT ["{pl_pack.ENTRYPOINT}"]', docker)
         entry = os.path.join(self.out, "grader-image", "entrypoint.sh")
         self.assertEqual(os.stat(entry).st_mode & 0o777, 0o755)
         res = subprocess.run(["shellcheck", entry], capture_output=True, text=True)
         self.assertEqual(res.returncode, 0, res.stdout)
         self.assertIn("--lab doorbell --prairielearn ||", self.read("grader-image/entrypoint.sh"))
-        for need in ("scripts/grade", "scripts/mmiolab/prairielearn.py", "Makefile",
+        for need in ("scripts/grade", "scripts/mmiolab/platforms/prairielearn/__init__.py", "Makefile",
                      "labs/doorbell/lab.toml", "labs/doorbell/tests/harness.sh"):
             self.assertIn(f"grader-image/kit/{need}", self.files)
         # The kernel and initramfs come built; the module build's source link is kept.
@@ -243,7 +246,6 @@ class ReadMemberTest(unittest.TestCase):
     stays inside the kit and out of the answers; lab.toml as students get it."""
 
     def test_links_and_lab_toml(self):
-        from mmiolab import gradescope
         from mmiolab.handout import HandoutError
         root = tempfile.mkdtemp(prefix="read-member-", dir=BUILD)
         self.addCleanup(shutil.rmtree, root)
@@ -256,13 +258,13 @@ class ReadMemberTest(unittest.TestCase):
         os.symlink("solutions/fix.c", os.path.join(lab, "answer.c"))
         os.symlink("/etc/hostname", os.path.join(lab, "outside.c"))
         shutil.copy(os.path.join(ROOT, "labs", "doorbell", "lab.toml"), lab)
-        data, src = gradescope.read_member(root, "labs/doorbell/inside.c", "a grader")
+        data, src = read_member(root, "labs/doorbell/inside.c", "a grader")
         self.assertEqual((data, src), (b"ok.c", os.path.realpath(os.path.join(lab, "ok.c"))))
-        self.assertIsNone(gradescope.read_member(root, "labs/doorbell/none.c", "a grader"))
+        self.assertIsNone(read_member(root, "labs/doorbell/none.c", "a grader"))
         for name in ("answer.c", "outside.c"):
             with self.assertRaisesRegex(HandoutError, "which a grader cannot carry"):
-                gradescope.read_member(root, f"labs/doorbell/{name}", "a grader")
-        toml, _ = gradescope.read_member(root, "labs/doorbell/lab.toml", "a grader")
+                read_member(root, f"labs/doorbell/{name}", "a grader")
+        toml, _ = read_member(root, "labs/doorbell/lab.toml", "a grader")
         with open(os.path.join(lab, "lab.toml"), "rb") as f:
             self.assertNotEqual(toml, f.read())    # the student's lab.toml
 
@@ -276,7 +278,7 @@ class EndToEndTest(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="prairielearn-", dir=BUILD)
         try:
             spec = labspec.load_lab("doorbell")
-            out = prairielearn.pack(spec, os.path.join(tmp, "out"))
+            out = pl_pack.pack(spec, os.path.join(tmp, "out"))
             grade = os.path.join(tmp, "grade")
             os.makedirs(os.path.join(grade, "student"))
             shutil.copy(os.path.join(spec.dir, "starter", "ringdrv.c"),

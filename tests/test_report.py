@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from unittest import mock
 
 from mmiolab import ROOT, gradebook, ktap, labspec, model, report, stages
+from mmiolab.platforms import gradescope
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
@@ -162,17 +163,17 @@ class GradescopeTest(unittest.TestCase):
         json.dumps(doc)
 
     def test_documents_meet_the_specification_checker(self):
-        """gradescope_problems() reads a document as Gradescope's specification
+        """The Gradescope platform's problems() reads a document as Gradescope's specification
         does; every document the grader writes passes it, and it catches what
         the specification does not allow."""
         for res in (graded(), stages.not_graded(SPEC, "bob", "build-failed", "no")):
-            self.assertEqual(report.gradescope_problems(report.gradescope_json(res)), [])
+            self.assertEqual(gradescope.problems(report.gradescope_json(res)), [])
         doc = report.gradescope_json(graded())
         doc["tests"][0]["status"] = "PASS"
         doc["tests"][1]["visibility"] = "secret"
         doc["tests"][2]["score"] = doc["tests"][2]["max_score"] + 1
         doc["max_score"] = 100
-        bad = report.gradescope_problems(doc)
+        bad = gradescope.problems(doc)
         self.assertEqual(len(bad), 5, bad)      # the four above and the sum they break
         self.assertIn("unknown field 'max_score'", bad)
 

@@ -22,6 +22,7 @@ from unittest import mock
 
 from mmiolab import BUILD, ROOT, grade, gradebook, guestout, kernel, lab, labspec, model, \
     objcheck, report, stages, vm
+from mmiolab.platforms import PLATFORMS
 from mmiolab.config import Config
 from mmiolab.lab import BuildFailed, build_text
 
@@ -488,7 +489,8 @@ class WriteStageTest(StageCase):
         r = self.result()
         book = os.path.join(self.tmp, "gradebook.csv")
         gs = os.path.join(self.tmp, "autograder", "results", "results.json")
-        done = stages.write(r, self.out, gradebook=book, source="/class/alice.c", gradescope=gs)
+        done = stages.write(r, self.out, gradebook=book, source="/class/alice.c",
+                            platform=PLATFORMS["gradescope"], platform_results=gs)
         self.assertEqual(sorted(done.files), ["junit", "results", "summary"])
         for path in done.files.values():
             self.assertEqual(os.path.dirname(path), self.out)
@@ -503,7 +505,8 @@ class WriteStageTest(StageCase):
 
     def test_prairielearns_file(self):
         pl = os.path.join(self.tmp, "grade", "results", "results.json")
-        done = stages.write(self.result(), self.out, prairielearn_results=pl)
+        done = stages.write(self.result(), self.out, platform=PLATFORMS["prairielearn"],
+                            platform_results=pl)
         with open(pl) as f:
             doc = json.load(f)
         self.assertEqual((doc["score"], doc["gradable"], done.gradebook), (1.0, True, None))
@@ -571,8 +574,10 @@ class PipelineTest(StageCase):
         self.assertTrue(os.path.exists(os.path.join(self.out, "alice", "results.json")))
 
     def test_the_gradescope_file_is_written_by_the_pipeline(self):
-        gs = os.path.join(self.tmp, "autograder", "results", "results.json")
-        self.grade(starter(), sid="submission", gradescope=gs)
+        root = os.path.join(self.tmp, "autograder")
+        gs = os.path.join(root, "results", "results.json")
+        self.grade(starter(), sid="submission", platform=PLATFORMS["gradescope"],
+                   cfg=Config(build=BUILD, autograder=root))
         with open(gs) as f:
             doc = json.load(f)
         self.assertEqual(doc["score"], 100)

@@ -30,6 +30,7 @@ from .config import Config
 from .gradebook import update_gradebook
 from .lab import build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
+from .platforms import Platform
 
 
 @dataclass
@@ -111,11 +112,12 @@ def display_name(path: str) -> str:
 
 
 def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
-              key: dict | None = None, *, gradebook: str = "", gradescope: str = "",
-              prairielearn: str = "") -> model.GradeResult:
+              key: dict | None = None, *, gradebook: str = "",
+              platform: Platform | None = None) -> model.GradeResult:
     """Grade one submission: the stages (stages.prepare, run, score), then its
-    outputs under opts.out/sub_id (stages.write), its row in `gradebook` and a
-    platform's results file (`gradescope`, `prairielearn`: its path) if given."""
+    outputs under opts.out/sub_id (stages.write), its row in `gradebook`, and,
+    graded in a platform's container, the platform's results file where the
+    platform reads it (Platform.results_path of opts.cfg)."""
     t0 = time.monotonic()
     out_dir = os.path.join(opts.out, sub_id)
     os.makedirs(out_dir, exist_ok=True)
@@ -136,8 +138,8 @@ def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
         shutil.rmtree(work, ignore_errors=True)
     result.submission = display_name(path)
     result.execution_time = time.monotonic() - t0
-    stages.write(result, out_dir, gradebook=gradebook, source=path, gradescope=gradescope,
-                 prairielearn_results=prairielearn)
+    stages.write(result, out_dir, gradebook=gradebook, source=path, platform=platform,
+                 platform_results=platform.results_path(opts.cfg) if platform else "")
     return result
 
 

@@ -51,7 +51,7 @@ KIT_FILES = ("Makefile", "README.md", os.path.join("labs", "lab.mk"))
 # What gives a lab's answers away: never handed out, never in an autograder.
 ANSWER_DIRS = ("solutions", "fixtures", "correct")
 # Never in a handout, wherever they appear in a lab (the autograder carries hidden/'s
-# programs: gradescope.py).
+# programs: platforms/gradescope/pack.py).
 SECRET_DIRS = ANSWER_DIRS + ("hidden",)
 # Instructor tools: they run the solutions and fixtures, or pack handouts (each a
 # script and its command module: python3 -m mmiolab says they are not in the kit).

@@ -64,62 +64,6 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
     }
 
 
-# The fields and words of Gradescope's results.json specification
-# (gradescope-autograders.readthedocs.io/en/latest/specs/, "Output format").
-GS_TOP = {"score", "execution_time", "output", "output_format", "test_output_format",
-          "test_name_format", "visibility", "stdout_visibility", "extra_data", "tests",
-          "leaderboard"}
-GS_TEST = {"score", "max_score", "status", "name", "name_format", "number", "output",
-           "output_format", "tags", "visibility", "extra_data"}
-GS_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
-GS_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
-
-
-def gradescope_problems(doc: Any) -> list[str]:
-    """What in a results.json document Gradescope's specification does not allow
-    (empty when none), and whether its total is its tests' sum."""
-    bad = []
-    if not isinstance(doc, dict):
-        return ["not a JSON object"]
-    bad += [f"unknown field {k!r}" for k in sorted(set(doc) - GS_TOP)]
-    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
-    if not num(doc.get("score")):
-        bad.append("no numeric score")
-    for key in ("visibility", "stdout_visibility"):
-        if key in doc and doc[key] not in GS_VISIBILITY:
-            bad.append(f"{key} {doc[key]!r}")
-    for key in ("output_format", "test_output_format", "test_name_format"):
-        if key in doc and doc[key] not in GS_FORMATS:
-            bad.append(f"{key} {doc[key]!r}")
-    tests = doc.get("tests", [])
-    if not isinstance(tests, list):
-        return bad + ["tests is not a list"]
-    for i, t in enumerate(tests):
-        name = t.get("name", f"test {i}") if isinstance(t, dict) else f"test {i}"
-        if not isinstance(t, dict):
-            bad.append(f"{name}: not an object")
-            continue
-        bad += [f"{name}: unknown field {k!r}" for k in sorted(set(t) - GS_TEST)]
-        if not (num(t.get("score")) and num(t.get("max_score"))):
-            bad.append(f"{name}: score and max_score must be numbers")
-        elif not 0 <= t["score"] <= t["max_score"]:
-            bad.append(f"{name}: score {t['score']} outside 0..{t['max_score']}")
-        if t.get("status", "passed") not in ("passed", "failed"):
-            bad.append(f"{name}: status {t['status']!r}")
-        if t.get("visibility", "visible") not in GS_VISIBILITY:
-            bad.append(f"{name}: visibility {t['visibility']!r}")
-        if t.get("output_format", "text") not in GS_FORMATS:
-            bad.append(f"{name}: output_format {t['output_format']!r}")
-        if not isinstance(t.get("output", ""), str):
-            bad.append(f"{name}: output is not text")
-    if num(doc.get("score")) and tests and all(isinstance(t, dict) and num(t.get("score"))
-                                               for t in tests):
-        total = sum(t["score"] for t in tests)
-        if abs(total - doc["score"]) > 1e-6:
-            bad.append(f"score {doc['score']} is not the tests' sum {total}")
-    return bad
-
-
 def _extra(result: GradeResult) -> dict[str, Any]:
     return {
         "schema": RESULT_SCHEMA,

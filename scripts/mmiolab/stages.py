@@ -12,8 +12,9 @@
            console) to points: a model.GradeResult. refused() scores a
            submission that never ran.
   write    a result to its outputs: results.json, junit.xml and summary.txt
-           (report.write_all), a row of the gradebook, and a platform's own
-           results file (Gradescope's, PrairieLearn's). Written.
+           (report.write_all), a row of the gradebook, and, in a grading
+           platform's container, that platform's results file
+           (platforms.Platform.write_results). Written.
 
 grade.grade_one runs them in this order for every submission, whether graded
 from the command line, in a batch, by the demo or in an autograder's
@@ -38,11 +39,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, ktap, model, objcheck, prairielearn, report, submission
+from . import guestout, ktap, model, objcheck, report, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
 from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
 from .labspec import GradedTest, LabSpec, boot_words
+from .platforms import Platform
 
 BUILD_FAILED = "build-failed"
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
@@ -462,20 +464,17 @@ class Written:
 
 
 def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", source: str = "",
-          gradescope: str = "", prairielearn_results: str = "") -> Written:
+          platform: Platform | None = None, platform_results: str = "") -> Written:
     """Write a result out: results.json, junit.xml and summary.txt in out_dir
     (results.json last: its presence means done), then its row in `gradebook`
-    (source: the path graded, which the instructor's gradebook names), then
-    the platform's file: Gradescope's results.json, or PrairieLearn's."""
+    (source: the path graded, which the instructor's gradebook names), then,
+    when grading in a platform's container, the platform's own results file
+    at platform_results (platform.write_results)."""
     done = Written(files=report.write_all(result, out_dir))
     if gradebook:
         done.gradebook = update_gradebook(gradebook,
                                                  [(result, done.files["results"], source)])
-    if gradescope:
-        os.makedirs(os.path.dirname(gradescope), exist_ok=True)
-        report.write_results_json(result, gradescope)
-        done.platform = gradescope
-    if prairielearn_results:
-        prairielearn.write_results(result, prairielearn_results)
-        done.platform = prairielearn_results
+    if platform is not None and platform_results:
+        platform.write_results(result, platform_results)
+        done.platform = platform_results
     return done

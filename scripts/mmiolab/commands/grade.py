@@ -4,8 +4,9 @@
   scripts/grade --lab doorbell -j2 class/               a class folder: one student
                                                         per folder, archive or .c file
   scripts/grade --lab doorbell --seed 7 alice.tar.gz    replay one seed
-  scripts/grade --lab doorbell --gradescope             inside Gradescope's container
-  scripts/grade --lab doorbell --prairielearn           inside PrairieLearn's container
+  scripts/grade --lab doorbell --platform gradescope    inside Gradescope's container
+  scripts/grade --lab doorbell --platform prairielearn  inside PrairieLearn's container
+                                                        (--gradescope, --prairielearn: the same)
 
 A submission is a .c file, a folder, a .tar.gz/.tgz/.tar or a .zip. Per
 submission the grader writes results.json (Gradescope), junit.xml,
@@ -28,6 +29,7 @@ from .. import initramfs, kernel, labspec
 from ..config import Config
 from ..grade import GradeOptions, entries_for, grade_batch, grade_one
 from ..lab import confinement
+from ..platforms import PLATFORMS
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -39,10 +41,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", help="where the outputs go (default: build/grades)")
     ap.add_argument("--resume", action="store_true", help="skip submissions already graded")
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--gradescope", action="store_true",
-                      help="grade /autograder/submission into /autograder/results")
-    mode.add_argument("--prairielearn", action="store_true",
-                      help="grade /grade/student into /grade/results/results.json")
+    mode.add_argument("--platform", choices=list(PLATFORMS),
+                      help="grade the one submission inside this platform's container")
+    for p in PLATFORMS.values():        # the templates' spelling: --gradescope, ...
+        mode.add_argument(f"--{p.name}", dest="platform", action="store_const", const=p.name,
+                          help=f"grade {p.submission(Config())} into {p.results_path(Config())}")
     ap.add_argument("--append", action="append", default=[],
                     help="extra guest kernel command-line words, e.g. mmiosim.profile=pc")
     ap.add_argument("--allow-unconfined-build", action="store_true",
@@ -73,15 +76,13 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                         out=os.path.abspath(args.out or os.path.join(cfg.build, "grades")),
                         resume=args.resume, append=tuple(args.append), confined=confined,
                         cfg=cfg)
-    if args.gradescope or args.prairielearn:
-        # The platform's container contract: Gradescope's /autograder, PrairieLearn's
-        # external grading /grade (mmiolab/prairielearn.py); MMIOLAB_AUTOGRADER and
-        # MMIOLAB_PRAIRIELEARN move them (tests).
-        platform, root, student = ("gradescope", cfg.autograder, "submission") \
-            if args.gradescope else ("prairielearn", cfg.prairielearn, "student")
-        opts.out = os.path.join(cfg.build, f"{platform}-run")
-        r = grade_one(spec, os.path.join(root, student), "submission", opts,
-                      **{platform: os.path.join(root, "results", "results.json")})
+    if args.platform:
+        # The platform's container contract (platforms/NAME): where the submission
+        # is, where its results go; MMIOLAB_AUTOGRADER and MMIOLAB_PRAIRIELEARN
+        # move the roots (tests).
+        platform = PLATFORMS[args.platform]
+        opts.out = os.path.join(cfg.build, f"{platform.name}-run")
+        r = grade_one(spec, platform.submission(cfg), "submission", opts, platform=platform)
         print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
         return 0
     if not args.submissions:

@@ -6,7 +6,7 @@
 Upload the zip on the assignment's "Configure Autograder" page, with a Debian 12
 base image. The zip holds setup.sh (packages, kernel, guest: once), run_autograder
 (one submission) and the kit without the labs' answers; see
-scripts/mmiolab/gradescope.py for what goes in and what stays out.
+scripts/mmiolab/platforms/gradescope/pack.py for what goes in and what stays out.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import gradescope, labspec
+from .. import labspec
 from ..config import Config
+from ..platforms import PLATFORMS
 from . import add_pack_arguments, pack_each
 
 
@@ -24,8 +25,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    out = args.out or gradescope.default_out(cfg)
+    packer = PLATFORMS["gradescope"].packer()
+    out = args.out or packer.default_out(cfg)
     return pack_each("gradescope", args.lab or labspec.lab_names(),
-                     lambda name: gradescope.pack(labspec.load_lab(name), out,
-                                                  allow_unconfined=args.allow_unconfined_build),
+                     lambda name: packer.pack(labspec.load_lab(name), out,
+                                              allow_unconfined=args.allow_unconfined_build),
                      lambda path: f"{path} ({os.path.getsize(path) >> 10} KiB)")

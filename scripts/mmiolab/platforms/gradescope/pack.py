@@ -1,12 +1,6 @@
-"""The Gradescope autograder of a lab: the zip that Gradescope's "Configure
-Autograder" page takes.
-
-Gradescope unpacks the zip into /autograder/source of a fresh image, runs
-setup.sh there once as root, copies run_autograder to /autograder, and then,
-for each submission, puts the student's files in /autograder/submission, runs
-/autograder/run_autograder and reads /autograder/results/results.json
-(gradescope-autograders.readthedocs.io/en/latest/specs/). So the zip holds, at
-its root:
+"""Pack the Gradescope autograder of a lab: the zip that Gradescope's
+"Configure Autograder" page takes (an instructor's tool; the contract is in
+the package's docstring). The zip holds, at its root:
 
   setup.sh           installs what grading needs from the image's own archive
                      (scripts/deps grade: QEMU, the kernel's gcc-N, make,
@@ -34,17 +28,15 @@ import stat
 import time
 import zipfile
 
-from . import ROOT
-from .config import Config
-from .handout import (ANSWER_DIRS, kit_files, kit_time, member_file, members, prebuilt,
-                      student_toml)
-from .labspec import LabSpec
-from .template import fill
+from ... import ROOT
+from ...config import Config
+from ...handout import (ANSWER_DIRS, kit_files, kit_time, member_file, members, prebuilt,
+                        student_toml)
+from ...labspec import LabSpec
+from ...template import fill
 
 HIDDEN = "hidden"
 HIDDEN_PROGRAMS = (".c", ".h", ".sh", ".toml")
-
-
 
 
 def zip_members(spec: LabSpec, root: str = ROOT) -> list[str]:

@@ -1,5 +1,6 @@
-"""The PrairieLearn external grader of a lab: its results.json, and the question
-folder and grader image an instructor installs.
+"""PrairieLearn: where its grading container puts a submission, and the
+results.json the kit writes there (its question folder and grader image are
+packed by pack.py, an instructor's tool).
 
 PrairieLearn's contract, as its own sources state it (github.com/PrairieLearn/
 PrairieLearn; docs/externalGrading.md unless said otherwise):
@@ -34,7 +35,8 @@ PrairieLearn; docs/externalGrading.md unless said otherwise):
   or Amazon's public registry, built for linux/amd64, and synced from the
   course's Sync page (docs/dockerImages.md).
 
-So, differently from the Gradescope zip (gradescope.py), which is private:
+So, differently from the Gradescope zip (platforms/gradescope/pack.py), which
+is private:
 
 - the grader image carries the kit files a student handout carries (it is
   public: anyone may pull it), never the lab's hidden tests;
@@ -50,18 +52,12 @@ So, differently from the Gradescope zip (gradescope.py), which is private:
 from __future__ import annotations
 
 import base64
-import html
 import json
-import os
-import shutil
-import uuid
 from typing import Any
 
-from . import ROOT
-from .config import Config
-from .report import _clean_obj, _clean_text, summary_text
-from .model import _WHY, GradeResult, _num, atomic_write
-from .template import fill
+from ...model import _WHY, GradeResult, _num, atomic_write
+from ...report import _clean_obj, _clean_text, summary_text
+from ..base import Platform
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.
 MAX_RESULTS_BYTES = 900 << 10
@@ -71,15 +67,6 @@ MAX_MESSAGE = 2 << 10
 MAX_IMAGE_BYTES = 256 << 10
 HIDDEN_MESSAGE = "hidden test: output held back"
 HIDDEN_NAME = "hidden tests"
-# PrairieLearn's cap on a job's run time (docs/externalGrading.md: "cannot exceed 600 seconds").
-TIMEOUT = 600
-# No registry resolves .invalid (RFC 2606): an info.json nobody edited fails to pull,
-# instead of pulling someone else's image.
-DEFAULT_IMAGE = "example.invalid/mmiolab-grader-{lab}"
-# A fixed namespace, so a lab's question keeps its uuid from one pack to the next.
-UUID_NAMESPACE = uuid.UUID("6d6d696f-6c61-4250-a06c-6561726e0001")
-KIT_IN_IMAGE = "/mmiolab"
-ENTRYPOINT = "/usr/local/bin/mmiolab-pl-grade"
 
 
 def _cap(text: str, limit: int) -> str:
@@ -183,143 +170,29 @@ def write_results(result: GradeResult, path: str) -> None:
     atomic_write(path, json.dumps(results_json(result), indent=2, ensure_ascii=False) + "\n")
 
 
-# ---------------------------------------------------------------------------- packing
+def problems(doc: Any) -> list[str]:
+    """What in a results.json document PrairieLearn would not take as a grade
+    (empty when none): apps/prairielearn/src/lib/externalGrader.ts makes a
+    missing, non-finite or out-of-range score "not gradable", and grader-host
+    refuses a file over 1 MB."""
+    if not isinstance(doc, dict):
+        return ["not a JSON object"]
+    bad = []
+    score = doc.get("score")
+    if doc.get("gradable", True) is not False and not (
+            isinstance(score, (int, float)) and not isinstance(score, bool)
+            and 0.0 <= score <= 1.0):
+        bad.append(f"score {score!r} is not a number in [0, 1]")
+    if len(json.dumps(doc, ensure_ascii=False).encode()) > MAX_RESULTS_BYTES:
+        bad.append(f"over {MAX_RESULTS_BYTES} bytes")
+    tests = doc.get("tests", [])
+    if not isinstance(tests, list):
+        bad.append("tests is not a list")
+    return bad
 
 
-
-
-
-
-def question_uuid(lab: str) -> str:
-    return str(uuid.uuid5(UUID_NAMESPACE, f"mmiolab/{lab}"))
-
-
-def info_json(spec: Any, image: str) -> dict[str, Any]:
-    return {
-        "uuid": question_uuid(spec.name),
-        "title": f"mmiolab: {spec.title}",
-        "topic": "mmiolab",
-        "tags": ["mmiolab", spec.name],
-        "type": "v3",
-        "singleVariant": True,
-        "gradingMethod": "External",
-        "externalGradingOptions": {
-            "enabled": True,
-            "image": image,
-            "entrypoint": ENTRYPOINT,
-            "timeout": TIMEOUT,
-            "enableNetworking": False,
-        },
-    }
-
-
-def _hidden_dir(spec: Any) -> str:
-    return os.path.join("labs", spec.name, "hidden") + os.sep
-
-
-def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
-         allow_unconfined: bool = False) -> str:
-    """Write out_dir/LAB/ (replacing it): question/ for the course's questions/
-    folder, grader-image/ to build the image from. Returns out_dir/LAB."""
-    final = os.path.join(out_dir, spec.name)
-    tmp = final + ".part"
-    shutil.rmtree(tmp, ignore_errors=True)
-    question = os.path.join(tmp, "question")
-    image_dir = os.path.join(tmp, "grader-image")
-    kit = os.path.join(image_dir, "kit")
-    has_hidden = _put_kit_files(spec, root, kit, os.path.join(question, "tests", "hidden"))
-    _put_prebuilt(root, kit)
-    _put_question(spec, question, image or DEFAULT_IMAGE.format(lab=spec.name))
-    _put_image_files(spec, image_dir, has_hidden, allow_unconfined)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return final
-
-
-def _put(path: str, data: bytes, mode: int = 0o644) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, mode)
-
-
-def _mode_of(src: str) -> int:
-    return 0o755 if os.access(src, os.X_OK) else 0o644
-
-
-def _put_kit_files(spec: Any, root: str, kit: str, hidden_out: str) -> bool:
-    """The autograder's files (no answers): the hidden tests into hidden_out (the
-    course repository's question, not the public image), the rest into kit.
-    Whether there were hidden tests."""
-    # The instructor's side only: the image's grader never imports these.
-    from . import gradescope
-    from .handout import ANSWER_DIRS, HandoutError
-
-    hidden = _hidden_dir(spec)
-    has_hidden = False
-    for path in gradescope.zip_members(spec, root):
-        if set(path.split(os.sep)) & set(ANSWER_DIRS):
-            raise HandoutError(f"{path}: an answer, which a grader cannot carry")
-        member = gradescope.read_member(root, path, "a grader")
-        if member is None:
-            continue
-        data, src = member
-        if path.startswith(hidden):
-            # /grade/tests/hidden/ at grading time.
-            _put(os.path.join(hidden_out, path[len(hidden):]), data, _mode_of(src))
-            has_hidden = True
-        else:
-            _put(os.path.join(kit, path), data, _mode_of(src))
-    return has_hidden
-
-
-def _put_prebuilt(root: str, kit: str) -> None:
-    """The lab kernel and initramfs, built (as the Gradescope zip carries them):
-    the image builds no kernel."""
-    from .handout import prebuilt
-
-    built = prebuilt(root)
-    for name, src in built.files:
-        os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
-        shutil.copyfile(src, os.path.join(kit, name))
-        os.chmod(os.path.join(kit, name), _mode_of(src))
-    for name, data in built.generated.items():
-        _put(os.path.join(kit, name), data)
-    for name, target in built.links:             # a folder, unlike a zip, keeps links
-        os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
-        os.symlink(target, os.path.join(kit, name))
-
-
-def _put_question(spec: Any, question: str, image: str) -> None:
-    """The question's info.json, question.html and the starter files its editors open."""
-    editors = []
-    for name in spec.files:
-        starter = os.path.join(spec.dir, "starter", name)
-        if os.path.isfile(starter):
-            with open(starter, "rb") as f:
-                _put(os.path.join(question, "clientFilesQuestion", name), f.read())
-            editors.append(fill("prairielearn-editor.html", name=name))
-        else:
-            editors.append(f'  <pl-file-editor file-name="{name}" '
-                           f'ace-mode="ace/mode/c_cpp"></pl-file-editor>')
-    doc = info_json(spec, image)
-    _put(os.path.join(question, "info.json"), (json.dumps(doc, indent=2) + "\n").encode())
-    _put(os.path.join(question, "question.html"), fill(
-        "prairielearn-question.html", lab=spec.name,
-        title=html.escape(spec.title, quote=False), editors="\n".join(editors)).encode())
-
-
-def _put_image_files(spec: Any, image_dir: str, has_hidden: bool,
-                     allow_unconfined: bool) -> None:
-    """The grader image's entrypoint and Dockerfile."""
-    flags = " --allow-unconfined-build" if allow_unconfined else ""
-    _put(os.path.join(image_dir, "entrypoint.sh"), fill(
-        "prairielearn-entrypoint.sh", lab=spec.name, kit=KIT_IN_IMAGE, flags=flags,
-        has_hidden="yes" if has_hidden else "no").encode(), 0o755)
-    _put(os.path.join(image_dir, "Dockerfile"), fill(
-        "prairielearn-Dockerfile", lab=spec.name, kit=KIT_IN_IMAGE,
-        entrypoint=ENTRYPOINT).encode())
-
-
-def default_out(cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "prairielearn")
+PLATFORM = Platform(
+    name="prairielearn", title="PrairieLearn", root_setting="prairielearn",
+    student="student", results="results/results.json",
+    write_results=write_results, problems=problems,
+    pack_module=__name__ + ".pack")

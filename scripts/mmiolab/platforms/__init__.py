@@ -1,0 +1,24 @@
+"""The grading platforms the kit grades in, by name (base.Platform says what
+one is). Adding a platform: a folder platforms/NAME/ with __init__.py (its
+contract, write_results, problems, PLATFORM) and pack.py (pack, default_out),
+its templates in templates/, a subcommand that packs it, and one line below.
+"""
+
+from __future__ import annotations
+
+from . import gradescope, prairielearn
+from .base import Platform
+
+PLATFORMS: dict[str, Platform] = {p.name: p for p in (gradescope.PLATFORM,
+                                                      prairielearn.PLATFORM)}
+
+
+def platform(name: str) -> Platform:
+    """The platform called `name` (KeyError names the known ones)."""
+    try:
+        return PLATFORMS[name]
+    except KeyError:
+        raise KeyError(f"no grading platform {name!r} (known: {', '.join(PLATFORMS)})") from None
+
+
+__all__ = ["PLATFORMS", "Platform", "platform"]

@@ -1,0 +1,50 @@
+"""What every grading platform is to the kit: a Platform.
+
+A platform runs the grader in a container of its own, with the submission in
+a folder it names and a results file it reads back; the kit writes that file
+in the platform's format and packs what the instructor uploads. The pipeline
+(stages.write, grade.grade_one) and the grade command take a Platform and name
+none: each platform is a folder beside this file (platforms/NAME/__init__.py:
+its contract, results writer and checker, and PLATFORM; platforms/NAME/pack.py:
+its packer, an instructor's tool), registered in platforms/__init__.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ..config import Config
+from ..model import GradeResult
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One grading platform's contract with the grader in its container."""
+    name: str                  # --platform NAME; what results and gradebooks call it
+    title: str                 # as its users write it
+    root_setting: str          # the Config field of the container's root (/autograder)
+    student: str               # the submission's folder, under the root
+    results: str               # the results file the platform reads, under the root
+    write_results: Callable[[GradeResult, str], None]
+    problems: Callable[[Any], list[str]]     # what in a results document it would refuse
+    pack_module: str           # its packer (pack(spec, out_dir, ...), default_out(cfg))
+
+    def root(self, cfg: Config) -> str:
+        value: str = getattr(cfg, self.root_setting)
+        return value
+
+    def submission(self, cfg: Config) -> str:
+        return os.path.join(self.root(cfg), self.student)
+
+    def results_path(self, cfg: Config) -> str:
+        return os.path.join(self.root(cfg), self.results)
+
+    def packer(self) -> ModuleType:
+        """The platform's pack module, imported when asked: it needs the
+        instructor's tools (handout.py), which an autograder does not carry."""
+        return importlib.import_module(self.pack_module)
