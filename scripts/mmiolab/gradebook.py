@@ -230,8 +230,8 @@ def merge(inputs: Sequence[str], out: str) -> MergeReport:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """python3 -m mmiolab.gradebook merge ... (and python3 -m mmiolab.report merge):
-    the command's merge (commands/merge.py), python3 -m mmiolab merge ..."""
+    """python3 -m mmiolab.gradebook merge ...: the command's merge
+    (commands/merge.py), python3 -m mmiolab merge ..."""
     from .__main__ import main as command
     argv = list(sys.argv[1:] if argv is None else argv)
     return command(argv if argv[:1] == ["merge"] else ["merge", *argv])

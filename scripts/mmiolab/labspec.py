@@ -80,10 +80,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:     # Python 3.10 (Ubuntu 22.04): the same parser, packaged
+else:                           # Python 3.10 (Ubuntu 22.04): the same parser, packaged
     import tomli as tomllib     # python3-tomli
 from dataclasses import dataclass, field
 from typing import Any, Iterable

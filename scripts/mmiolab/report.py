@@ -262,13 +262,3 @@ def write_all(result: GradeResult, out_dir: str, **kw: Any) -> dict[str, str]:
     write_summary(result, paths["summary"])
     write_results_json(result, paths["results"], **kw)
     return paths
-
-
-
-
-if __name__ == "__main__":
-    # The merge's first entry point; python3 -m mmiolab merge is the documented one.
-    import sys
-
-    from .gradebook import main
-    sys.exit(main())
