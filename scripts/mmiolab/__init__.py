@@ -10,7 +10,7 @@ class MmiolabError(Exception):
     instead of a traceback (python3 -m mmiolab catches it once)."""
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> str:
     # mmiolab.BUILD, read from the environment when asked (tests, callers
     # outside a command); the package's own code uses its Config's build.
     if name == "BUILD":

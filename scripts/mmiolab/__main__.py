@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         cfg = Config.from_env(os.environ, **getattr(module, "overrides", lambda a: {})(args))
-        return module.run(args, cfg)
+        status: int = module.run(args, cfg)
+        return status
     except MmiolabError as e:
         print(f"mmiolab: {name}: error: {e}", file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ class Config:
     prairielearn: str = "/grade"                 # PrairieLearn's container root
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> Config:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Config:
         """The environment's settings (os.environ by default), then overrides
         (None values are ignored: an argument the user did not give)."""
         environ = os.environ if environ is None else environ

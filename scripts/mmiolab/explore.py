@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import ROOT, MmiolabError, initramfs, stages, timeline, vm
@@ -268,7 +269,8 @@ def shown_path(path: str) -> str:
 
 
 def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0,
-          accel: str = "", say=print, cfg: Config | None = None) -> int:
+          accel: str = "", say: Callable[[str], object] = print,
+          cfg: Config | None = None) -> int:
     """Build, check, boot; after the VM exits, say what was recorded."""
     cfg = cfg or Config.from_env()
     words = fabric_words(spec, fabric)

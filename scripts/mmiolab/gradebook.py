@@ -14,7 +14,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from .report import _clean_text, load_results_json
 from .model import GradeResult, ReportError, _num, atomic_write
@@ -138,8 +138,8 @@ def _key(row: dict[str, str]) -> tuple[str, str]:
 
 
 def _merge_rows(columns: list[str], base: list[dict[str, str]],
-                incoming: Iterable[dict[str, str]], report: MergeReport) -> tuple[list[str],
-                                                                                 list[dict]]:
+                incoming: Iterable[dict[str, str]],
+                report: MergeReport) -> tuple[list[str], list[dict[str, str]]]:
     rows = {_key(r): r for r in base}
     tests = [c for c in columns if c.startswith(TEST_PREFIX)]
     for row in incoming:
@@ -174,7 +174,8 @@ def _write_gradebook(path: str, columns: list[str], rows: list[dict[str, str]]) 
     atomic_write(path, buf.getvalue())
 
 
-def update_gradebook(path: str, results: Iterable[GradeResult | tuple]) -> MergeReport:
+def update_gradebook(path: str, results: Iterable[GradeResult | tuple[Any, ...]]
+                     ) -> MergeReport:
     """Add or replace rows (one per student and lab), keeping the newest grading;
     items are results or (result, results.json path[, submission path]) tuples.
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import bounded, ktap, model, timeline
 
@@ -84,7 +85,7 @@ def read(channel: str, console: str, nonce: str, picture_dir: str = "",
     return out
 
 
-def _child(req: dict) -> dict:
+def _child(req: dict[str, Any]) -> dict[str, Any]:
     g = read(req["channel"], req["console"], req["nonce"], req["picture_dir"], req["title"])
     return {"parsed": g.parsed.to_dict(), "events": [[e.kind, e.line_no, e.text] for e in g.events],
             "excerpt": g.excerpt, "info": g.info,

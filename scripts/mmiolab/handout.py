@@ -37,7 +37,9 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import ROOT, MmiolabError
 from .config import Config
@@ -74,10 +76,11 @@ class Prebuilt:
     files: list[tuple[str, str]] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
     generated: dict[str, bytes] = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
 
-def _find(top: str, rel: str, want=lambda name: True, maxdepth: int = 0) -> list[str]:
+def _find(top: str, rel: str, want: Callable[[str], bool] = lambda name: True,
+          maxdepth: int = 0) -> list[str]:
     """Files (and links to files) under top/rel, relative to top, like find -type f."""
     out = []
     start = os.path.join(top, rel)
@@ -295,7 +298,8 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
     when = kit_time(root)
     with open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=when) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tarfile.open(fileobj=gz, mode="w",  # type: ignore[arg-type]  # a GzipFile is a binary file
+                         format=tarfile.PAX_FORMAT) as tar:
         info = built.info
         text = fill("handout-HANDOUT.md", name=spec.name, title=spec.title, file=spec.files[0],
                     compiler=_gcc_package(info["compiler"]),

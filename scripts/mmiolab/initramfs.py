@@ -55,7 +55,7 @@ def base(cfg: Config | None = None) -> str:
     return os.path.join(PREBUILT if USE_PREBUILT else out_dir(cfg), "base.cpio.gz")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> str:
     # OUT_DIR and BASE, from the environment when asked (tests): out_dir(), base().
     if name in ("OUT_DIR", "BASE"):
         return out_dir() if name == "OUT_DIR" else base()

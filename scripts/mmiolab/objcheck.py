@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Iterable, NamedTuple
 
 from . import MmiolabError
@@ -103,7 +104,7 @@ def read_elf(data: bytes) -> tuple[list[Section], list[Symbol]]:
             raise ElfError("unusual section header table")
         raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
 
-        def blob(sh: tuple) -> bytes:
+        def blob(sh: tuple[int, ...]) -> bytes:
             off, size = sh[4], sh[5]
             if sh[1] == 8:                      # SHT_NOBITS
                 return b""
@@ -143,7 +144,7 @@ def undefined(symbols: Iterable[Symbol]) -> list[tuple[str, bool]]:
             if s.shndx == SHN_UNDEF and s.name]
 
 
-def check_elf(data: bytes, allowed) -> Findings:
+def check_elf(data: bytes, allowed: Callable[[str], bool]) -> Findings:
     """Imports, absolute symbols, section flags and code size; `allowed(name)` is the
     lab's allow-list (labspec.LabSpec.symbol_allowed)."""
     f = Findings()

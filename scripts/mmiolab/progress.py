@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from . import MmiolabError
 
@@ -18,14 +19,14 @@ def say(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def step(name: str, tick: bool = False):
+def step(name: str, tick: bool = False) -> Iterator[None]:
     """Say when a step starts and ends, and how long it took. tick: a step
     with no progress of its own also says every 30 s that it is still going."""
     t0 = time.monotonic()
     say(f"{name} ...")
     done = threading.Event()
 
-    def ticker():
+    def ticker() -> None:
         while not done.wait(30):
             el = int(time.monotonic() - t0)
             say(f"{name}: {el // 60}m{el % 60:02d}s")
@@ -64,7 +65,7 @@ def run_logged(cmd: list[str], log: str, label: str, cwd: str | None = None,
     tty = sys.stdout.isatty()
     done = threading.Event()
 
-    def ticker():
+    def ticker() -> None:
         last = 0.0
         while not done.wait(1.0):
             el = time.monotonic() - t0
@@ -123,7 +124,7 @@ DONE_LINE = re.compile(r"^mmiolab: (.*) done in ([\d.]+)s$")
 
 def phases(lines: list[str]) -> dict[str, float]:
     """Seconds per phase of a make demo (or make check) run, from its output lines."""
-    out = {}
+    out: dict[str, float] = {}
     for line in lines:
         m = DONE_LINE.match(line.strip())
         if not m:
@@ -135,7 +136,7 @@ def phases(lines: list[str]) -> dict[str, float]:
     return out
 
 
-def timed(cmd: list[str], cwd: str | None, env: dict | None, log: str) -> tuple[int, float, list[str]]:
+def timed(cmd: list[str], cwd: str | None, env: dict[str, str] | None, log: str) -> tuple[int, float, list[str]]:
     """Run cmd, show and log its output; (exit status, seconds, lines)."""
     t0 = time.monotonic()
     lines = []

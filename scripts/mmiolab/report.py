@@ -47,8 +47,8 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
         if t.html:
             # Gradescope renders a test's output as HTML when asked to: the
             # text, escaped, then the picture of the failing run.
-            entry["output"] = ("<pre>" + html.escape(entry["output"]) + "</pre>"
-                               + t.html)
+            entry["output"] = ("<pre>" + html.escape(_cap(_clean_text(t.output), MAX_TEST_OUTPUT))
+                               + "</pre>" + t.html)
             entry["output_format"] = "html"
         tests.append(entry)
     return {

@@ -14,14 +14,19 @@ import string
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
 
+_AT_PATTERN = r"""@(?:
+    (?P<escaped>@) |
+    (?P<named>[a-z_]+)@ |
+    (?P<braced>(?!)) |
+    (?P<invalid>)
+)"""
+
+
 class _At(string.Template):
     delimiter = "@"
-    pattern = r"""@(?:
-        (?P<escaped>@) |
-        (?P<named>[a-z_]+)@ |
-        (?P<braced>(?!)) |
-        (?P<invalid>)
-    )"""
+    # A string, which string.Template compiles for the subclass (typeshed
+    # declares the compiled pattern).
+    pattern = _AT_PATTERN  # type: ignore[assignment]
 
 
 def fill(template: str, /, **values: str) -> str:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from .. import ROOT
 from ..config import Config
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     say(f"coldstart: a fresh clone of {head} in {kit}, empty ccache and build folders; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
     subprocess.run(["git", "clone", "-q", ROOT, kit], check=True)
-    fig: dict = {"commit": head, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
+    fig: dict[str, Any] = {"commit": head, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0],
                  "when": time.strftime("%Y-%m-%d %H:%M"), "phases": {}}
     rc, sec, _ = timed(["make", "-s", "deps"], kit, env, os.path.join(dest, "deps.log"))
     fig["phases"]["packages"] = round(sec, 1)

@@ -5,6 +5,7 @@ VM, the doorbell lab's starter graded (it must fail, and says why) and its
 reference solution graded (it must pass), then the docs.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,12 +15,13 @@ from .. import ROOT, MmiolabError, initramfs, kernel, labspec, vm
 from ..config import Config
 from ..grade import GradeOptions, grade_one
 from ..lab import confinement
+from ..model import GradeResult
 from ..progress import say, step
 
 DOORBELL = os.path.join(ROOT, "labs", "doorbell")
 
 
-def show(result, want_pass: bool, cfg: Config) -> bool:
+def show(result: GradeResult, want_pass: bool, cfg: Config) -> bool:
     verdict = "PASS" if result.score == result.max_score else "FAIL"
     say(f"  {result.submission_id}: {result.score:g}/{result.max_score:g} -> {verdict} "
         f"(expected {'PASS' if want_pass else 'FAIL'})")
@@ -68,11 +70,11 @@ def cold_estimate(cfg: Config) -> str:
     return msg
 
 
-def add_arguments(ap) -> None:
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     pass
 
 
-def run(args, cfg: Config) -> int:
+def run(args: argparse.Namespace, cfg: Config) -> int:
     t0 = time.monotonic()
     say(cold_estimate(cfg))
     try:

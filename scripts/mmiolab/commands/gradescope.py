@@ -28,6 +28,6 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     packer = PLATFORMS["gradescope"].packer()
     out = args.out or packer.default_out(cfg)
     return pack_each("gradescope", args.lab or labspec.lab_names(),
-                     lambda name: packer.pack(labspec.load_lab(name), out,
-                                              allow_unconfined=args.allow_unconfined_build),
+                     lambda name: str(packer.pack(labspec.load_lab(name), out,
+                                                  allow_unconfined=args.allow_unconfined_build)),
                      lambda path: f"{path} ({os.path.getsize(path) >> 10} KiB)")

@@ -46,7 +46,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, cfg: Config) -> int:
     spec = load_lab(args.lab)
     seeds = list(range(1, args.seeds + 1))
-    todo = [(v, []) for v in variants(spec)]
+    todo: list[tuple[str, list[str]]] = [(v, []) for v in variants(spec)]
     todo[1:1] = [(row.variant, row.append) for row in spec.labstats]
     # The hidden tests (a second guest: more CPUs, other routes) for the
     # starter, the solutions and the correct variants, and for the wrong fixes.

@@ -32,8 +32,8 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     packer = PLATFORMS["prairielearn"].packer()
     out = args.out or packer.default_out(cfg)
     return pack_each("prairielearn", args.lab or labspec.lab_names(),
-                     lambda name: packer.pack(labspec.load_lab(name), out,
-                                              image=args.image.replace("{lab}", name),
-                                              allow_unconfined=args.allow_unconfined_build),
+                     lambda name: str(packer.pack(labspec.load_lab(name), out,
+                                                  image=args.image.replace("{lab}", name),
+                                                  allow_unconfined=args.allow_unconfined_build)),
                      lambda path: f"{path}/question (the course's questions/), "
                                   f"{path}/grader-image (docker build)")

@@ -25,4 +25,4 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     print(f"mmiolab: {res.describe()}", file=sys.stderr)
     if res.boot_seconds is not None:
         print(f"mmiolab: boot to first command {res.boot_seconds:.2f}s", file=sys.stderr)
-    return res.exit_code if res.status == "exited" else 125
+    return res.exit_code if res.status == "exited" and res.exit_code is not None else 125

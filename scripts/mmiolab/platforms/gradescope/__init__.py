@@ -33,15 +33,18 @@ GS_VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 GS_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
 
 
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def problems(doc: Any) -> list[str]:
     """What in a results.json document Gradescope's specification does not allow
     (empty when none), and whether its total is its tests' sum."""
-    bad = []
+    bad: list[str] = []
     if not isinstance(doc, dict):
         return ["not a JSON object"]
     bad += [f"unknown field {k!r}" for k in sorted(set(doc) - GS_TOP)]
-    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
-    if not num(doc.get("score")):
+    if not _number(doc.get("score")):
         bad.append("no numeric score")
     for key in ("visibility", "stdout_visibility"):
         if key in doc and doc[key] not in GS_VISIBILITY:
@@ -58,7 +61,7 @@ def problems(doc: Any) -> list[str]:
             bad.append(f"{name}: not an object")
             continue
         bad += [f"{name}: unknown field {k!r}" for k in sorted(set(t) - GS_TEST)]
-        if not (num(t.get("score")) and num(t.get("max_score"))):
+        if not (_number(t.get("score")) and _number(t.get("max_score"))):
             bad.append(f"{name}: score and max_score must be numbers")
         elif not 0 <= t["score"] <= t["max_score"]:
             bad.append(f"{name}: score {t['score']} outside 0..{t['max_score']}")
@@ -70,7 +73,7 @@ def problems(doc: Any) -> list[str]:
             bad.append(f"{name}: output_format {t['output_format']!r}")
         if not isinstance(t.get("output", ""), str):
             bad.append(f"{name}: output is not text")
-    if num(doc.get("score")) and tests and all(isinstance(t, dict) and num(t.get("score"))
+    if _number(doc.get("score")) and tests and all(isinstance(t, dict) and _number(t.get("score"))
                                                for t in tests):
         total = sum(t["score"] for t in tests)
         if abs(total - doc["score"]) > 1e-6:
