@@ -489,7 +489,8 @@ class WriteStageTest(StageCase):
         book = os.path.join(self.tmp, "gradebook.csv")
         gs = os.path.join(self.tmp, "autograder", "results", "results.json")
         done = stages.write(r, self.out, gradebook=book, source="/class/alice.c", gradescope=gs)
-        self.assertEqual(sorted(done.files), ["junit", "results", "summary"])
+        self.assertEqual(sorted(done.files), ["instructor", "instructor_text", "junit",
+                                              "results", "summary"])
         for path in done.files.values():
             self.assertEqual(os.path.dirname(path), self.out)
         with open(done.files["results"]) as f, open(gs) as g:
@@ -512,7 +513,8 @@ class WriteStageTest(StageCase):
         done = stages.write(self.result(), self.out)
         self.assertEqual((done.gradebook, done.platform), (None, ""))
         self.assertEqual(sorted(os.listdir(self.out)),
-                         ["console.log", "hidden", "junit.xml", "results.json", "summary.txt"])
+                         ["console.log", "hidden", "instructor.json", "instructor.txt",
+                          "junit.xml", "results.json", "summary.txt"])
 
 
 class PipelineTest(StageCase):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,6 +181,7 @@ class Ran:
     out_dir: str                               # where its console log is
     hidden: Run | None = None                  # the hidden tests' guest, if it ran
     hidden_seen: guestout.GuestOutput | None = None
+    hidden_seconds: float = 0.0                # its wall time, booting and reading too
 
 
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
@@ -211,10 +213,12 @@ def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds:
               seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
+        t0 = time.monotonic()
         ran.hidden = run_guest(spec, ready.ko, seeds, os.path.join(out_dir, "hidden"),
                                hidden=True, cmds=cmds, append=append, cfg=cfg)
         ran.hidden_seen = guestout.read_bounded(ran.hidden.result.channel,
                                                 ran.hidden.result.console, ran.hidden.nonce)
+        ran.hidden_seconds = time.monotonic() - t0
     return ran
 
 
@@ -448,7 +452,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags, diff=ready.diff)
+        flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds)
 
 
 # ---------------------------------------------------------------------------- write
