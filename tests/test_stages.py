@@ -195,7 +195,7 @@ class PrepareTest(unittest.TestCase):
 
     def test_ready_module_with_flags_and_diff(self):
         src = starter().replace("#include <linux/wait.h>\n",
-                                "#include <linux/wait.h>\nstatic int spare;\n")
+                                "#include <linux/wait.h>\nstatic int spare __used;\n")
         src = src.replace(PROBE_END, PROBE_END + "\tasm volatile(\"nop\");\n")
         warning = "alice.c:40:12: warning: 'spare' defined but not used [-Wunused-variable]"
         build = FakeBuild(warnings=[warning], system_note="this system's gcc is not the one")
@@ -217,7 +217,7 @@ class PrepareTest(unittest.TestCase):
         self.assertRegex(r.flags[2], r"^changes outside the functions a fix touches .*"
                                      r"ringdrv_probe, file-scope code$")
         self.assertEqual(r.flags[3:], r.object_flags)
-        self.assertIn("+static int spare;", r.diff)
+        self.assertIn("+static int spare __used;", r.diff)
         with open(os.path.join(self.out, "starter.diff")) as f:
             self.assertEqual(f.read(), r.diff + "\n")
 

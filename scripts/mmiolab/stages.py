@@ -24,7 +24,8 @@ student's module here and then boots its own interactive guest; labstats
 What prepare does, in this order: intake (submission.intake_for_lab, in a
 bounded child), flags on the source (objcheck.source_flags) and its review
 against the lab's starter (objcheck.review: the diff, flags for changes
-outside the fix), the confined build (lab.build_driver), the ELF check of
+outside the fix), both in a bounded child too (objcheck.check_text), the
+confined build (lab.build_driver), the ELF check of
 the module's imports (objcheck.check_elf), then its disassembled code
 (objcheck.check_code). Text a student may read names the submission as the
 student did and no host path, from where it is made: intake is told the
@@ -33,16 +34,18 @@ submission's shown name, the build its source's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, ktap, model, objcheck, prairielearn, report, submission
+from . import guestout, kernel, ktap, model, objcheck, prairielearn, report, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
-from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
+from .lab import (BuildFailed, Run, build_driver, build_text, disassemble, run_tests,
+                  scratch_root)
 from .labspec import GradedTest, LabSpec, boot_words
 
 BUILD_FAILED = "build-failed"
@@ -103,20 +106,16 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
         # build_text: a member of an archive may be named by a host path.
         return Refused(verdict=intake.verdict, why=build_text(intake.describe(), cfg=cfg))
     checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored])
+    macros = kernel_macros_file(cfg)
     for taken in intake.taken:
-        with open(taken.path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        hints = objcheck.source_flags(text)
+        # In a bounded child, as intake: the source's flags, and for the
+        # instructor the diff against the starter and flags for changes
+        # outside a fix's functions and for kernel-memory walking.
+        starter = os.path.join(spec.dir, "starter", taken.name)
+        hints, rev = objcheck.check_text(taken.path, starter if os.path.isfile(starter) else None,
+                                         spec.fix_functions, taken.name, macros)
         checked.flags += hints
         checked.source_flags += hints
-        # For the instructor: the diff against the starter, and flags for
-        # changes outside a fix's functions and for kernel-memory walking.
-        try:
-            with open(os.path.join(spec.dir, "starter", taken.name), encoding="utf-8") as f:
-                starter = f.read()
-        except OSError:
-            continue
-        rev = objcheck.review(starter, text, spec.fix_functions, taken.name)
         checked.flags += rev.flags
         checked.diff += rev.diff
         if rev.diff and out_dir:
@@ -150,6 +149,27 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
                        build_log=built.log, **vars(checked))
     return Prepared(ko=built.ko, warnings=built.warnings, system_note=built.system_note,
                     confined=built.confined, build_log=built.log, **vars(checked))
+
+
+def kernel_macros_file(cfg: Config) -> str:
+    """The lab kernel's macros as the review needs them (objcheck.KernelMacros:
+    its configuration and every name its headers define), kept as JSON next to
+    the scratch folders and made again when the kernel's configuration is newer;
+    "" without a configured kernel (the review then decides less, and says
+    so)."""
+    t = kernel.tree(cfg)
+    autoconf = os.path.join(t.obj, "include", "generated", "autoconf.h")
+    try:
+        stamp = os.stat(autoconf).st_mtime_ns
+    except OSError:
+        return ""
+    path = os.path.join(scratch_root(cfg), f"kernel-macros-{stamp}.json")
+    if not os.path.exists(path):
+        roots = [os.path.join(t.src, "include"), os.path.join(t.src, "arch", "x86", "include"),
+                 os.path.join(t.obj, "include"), os.path.join(t.obj, "arch", "x86", "include")]
+        found = objcheck.kernel_macros([r for r in roots if os.path.isdir(r)], autoconf)
+        model.atomic_write(path, json.dumps(found.to_dict()))
+    return path
 
 
 def _read(path: str) -> str:
