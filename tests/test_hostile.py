@@ -270,7 +270,9 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
             with open(os.path.join(out, "broken", "summary.txt")) as f:
                 summary = f.read()
-            self.assertIn("flagged for the instructor: the build ran unconfined", summary)
+            with open(os.path.join(out, "broken", "instructor.txt")) as f:
+                self.assertIn("flagged for the instructor: the build ran unconfined", f.read())
+            self.assertNotIn("flagged", summary)       # flags are the instructor's
             self.assertIn("oops", summary)             # the compiler ran, unconfined
             self.assertNotIn(ROOT, summary)
 

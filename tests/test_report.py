@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from unittest import mock
 
 from mmiolab import ROOT, gradebook, ktap, labspec, model, report, stages
-from mmiolab.platforms import gradescope
+from mmiolab.platforms import gradescope, prairielearn
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
@@ -286,12 +286,72 @@ class SummaryTest(unittest.TestCase):
         self.assertIn("100/100", text)
 
 
+class InstructorOnlyTest(unittest.TestCase):
+    """Flags, the diff and the hidden guest's time are the instructor's (issue 33):
+    none of it in summary.txt, results.json (Gradescope's file too) or
+    PrairieLearn's file; all of it in instructor.json and .txt, junit.xml and the
+    gradebook, and read back with results.json."""
+
+    FLAG = "kernel-memory walking? the new code uses user-copy helpers: _copy_from_user"
+
+    def result(self):
+        res = graded("pass.channel.log", flags=[self.FLAG], hidden_seconds=60.0,
+                     diff="+\tringdrv_only_in_the_diff();")
+        res.execution_time = 95.0
+        return res
+
+    def test_not_in_what_the_student_sees(self):
+        res = self.result()
+        with tempfile.TemporaryDirectory() as d:
+            paths = report.write_all(res, d)
+            pl = os.path.join(d, "pl.json")
+            prairielearn.write_results(res, pl)
+            for name in ("summary", "results"):
+                with open(paths[name]) as f:
+                    text = f.read()
+                with self.subTest(name):
+                    self.assertNotIn("_copy_from_user", text)
+                    self.assertNotIn("flagged", text)
+                    self.assertNotIn("ringdrv_only_in_the_diff", text)
+                    self.assertNotIn("95", text)
+            with open(pl) as f:
+                self.assertNotIn("_copy_from_user", f.read())
+            doc = json.load(open(paths["results"]))
+            self.assertEqual(doc["execution_time"], 35)
+            self.assertIn("in 35.0s (the hidden tests' run not counted)", doc["output"])
+            self.assertNotIn("flags", doc["extra_data"]["mmiolab"])
+
+    def test_in_the_instructors_files_and_read_back(self):
+        res = self.result()
+        with tempfile.TemporaryDirectory() as d:
+            paths = report.write_all(res, d)
+            for name in ("instructor_text", "junit"):
+                with open(paths[name]) as f:
+                    text = f.read()
+                with self.subTest(name):
+                    self.assertIn("flagged for the instructor: " + self.FLAG, text)
+                    self.assertIn("in 95.0s (the hidden tests' guest 60.0s)", text)
+            with open(paths["instructor_text"]) as f:
+                self.assertIn("+\tringdrv_only_in_the_diff();", f.read())
+            back = report.load_results_json(paths["results"])
+            self.assertEqual((back.flags, back.diff, back.execution_time, back.hidden_seconds),
+                             ([self.FLAG], "+\tringdrv_only_in_the_diff();", 95.0, 60.0))
+            self.assertEqual(gradebook.gradebook_row(back)["flags"], self.FLAG)
+            # A stale instructor.json (another grading) is not taken for this one's.
+            res.graded_at = "2000-01-01T00:00:00+00:00"
+            report.write_results_json(res, paths["results"])
+            with self.assertRaises(model.ReportError):
+                report.load_results_json(paths["results"])
+
+
 class FilesTest(unittest.TestCase):
     def test_write_all(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "alice")
             paths = report.write_all(graded(), out)
-            self.assertEqual(sorted(os.listdir(out)), ["junit.xml", "results.json", "summary.txt"])
+            self.assertEqual(sorted(os.listdir(out)), ["instructor.json", "instructor.txt",
+                                                       "junit.xml", "results.json",
+                                                       "summary.txt"])
             for p in paths.values():
                 self.assertGreater(os.path.getsize(p), 100)
                 self.assertEqual(os.stat(p).st_mode & 0o777, 0o644)

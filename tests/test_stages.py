@@ -196,7 +196,7 @@ class PrepareTest(unittest.TestCase):
 
     def test_ready_module_with_flags_and_diff(self):
         src = starter().replace("#include <linux/wait.h>\n",
-                                "#include <linux/wait.h>\nstatic int spare;\n")
+                                "#include <linux/wait.h>\nstatic int spare __used;\n")
         src = src.replace(PROBE_END, PROBE_END + "\tasm volatile(\"nop\");\n")
         warning = "alice.c:40:12: warning: 'spare' defined but not used [-Wunused-variable]"
         build = FakeBuild(warnings=[warning], system_note="this system's gcc is not the one")
@@ -218,7 +218,7 @@ class PrepareTest(unittest.TestCase):
         self.assertRegex(r.flags[2], r"^changes outside the functions a fix touches .*"
                                      r"ringdrv_probe, file-scope code$")
         self.assertEqual(r.flags[3:], r.object_flags)
-        self.assertIn("+static int spare;", r.diff)
+        self.assertIn("+static int spare __used;", r.diff)
         with open(os.path.join(self.out, "starter.diff")) as f:
             self.assertEqual(f.read(), r.diff + "\n")
 
@@ -491,7 +491,8 @@ class WriteStageTest(StageCase):
         gs = os.path.join(self.tmp, "autograder", "results", "results.json")
         done = stages.write(r, self.out, gradebook=book, source="/class/alice.c",
                             platform=PLATFORMS["gradescope"], platform_results=gs)
-        self.assertEqual(sorted(done.files), ["junit", "results", "summary"])
+        self.assertEqual(sorted(done.files), ["instructor", "instructor_text", "junit",
+                                              "results", "summary"])
         for path in done.files.values():
             self.assertEqual(os.path.dirname(path), self.out)
         with open(done.files["results"]) as f, open(gs) as g:
@@ -515,7 +516,8 @@ class WriteStageTest(StageCase):
         done = stages.write(self.result(), self.out)
         self.assertEqual((done.gradebook, done.platform), (None, ""))
         self.assertEqual(sorted(os.listdir(self.out)),
-                         ["console.log", "hidden", "junit.xml", "results.json", "summary.txt"])
+                         ["console.log", "hidden", "instructor.json", "instructor.txt",
+                          "junit.xml", "results.json", "summary.txt"])
 
 
 class PipelineTest(StageCase):

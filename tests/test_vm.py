@@ -1,11 +1,17 @@
 """The lab VM: run a command and get its output and status; panics and hangs."""
 
+import json
 import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 import unittest
 
-from mmiolab import vm
+from mmiolab import ROOT, vm
 from vmtest import log_dir, need_guest, report
 
 
@@ -114,3 +120,75 @@ class ClassifyTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LeftoverTest(unittest.TestCase):
+    """QEMU dies with its grader (issue 33): PR_SET_PDEATHSIG through setpriv,
+    its own process group, and the sweep of a killed grader's runs by recorded
+    pid. A sleep stands in for QEMU; no guest boots."""
+
+    def setUp(self):
+        self.build = tempfile.mkdtemp(prefix="leftover-")
+        self.addCleanup(shutil.rmtree, self.build, ignore_errors=True)
+
+    def alive(self, pid):
+        """Running (a zombie is not: it is dead, waiting for its parent)."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def test_a_guest_dies_with_its_grader(self):
+        # The grader: starts its "QEMU" as vm._run_qemu does, says its pid, waits.
+        grader = subprocess.Popen(
+            [sys.executable, "-c",
+             "import subprocess, sys, time; sys.path.insert(0, sys.argv[1]); "
+             "from mmiolab import bounded; "
+             "p = subprocess.Popen(bounded.PDEATHSIG + ['sleep', '600'], process_group=0); "
+             "print(p.pid, flush=True); time.sleep(600)", os.path.join(ROOT, "scripts")],
+            stdout=subprocess.PIPE, text=True)
+        qemu = int(grader.stdout.readline())
+        self.addCleanup(lambda: self.alive(qemu) and os.kill(qemu, signal.SIGKILL))
+        self.assertEqual(os.getpgid(qemu), qemu, "its own process group")
+        self.assertTrue(self.alive(qemu))
+        grader.kill()                          # kill -9, no `finally`
+        grader.wait()
+        grader.stdout.close()
+        for _ in range(100):
+            if not self.alive(qemu):
+                break
+            time.sleep(0.05)
+        self.assertFalse(self.alive(qemu))
+
+    def test_the_sweep_kills_a_killed_graders_guest_and_removes_its_files(self):
+        dead = subprocess.Popen(["/bin/true"])
+        dead.wait()
+        qemu = subprocess.Popen(["sleep", "600"], process_group=0)
+        self.addCleanup(lambda: qemu.poll() is None and qemu.kill())
+        initrd = os.path.join(self.build, "initrd.img")
+        open(initrd, "w").close()
+        records = os.path.join(self.build, "scratch", "qemu")
+        os.makedirs(records)
+
+        def record(name, **kw):
+            rec = {"grader": dead.pid, "pid": qemu.pid, "start": vm._start_time(qemu.pid),
+                   "cmdline": ["sleep", "600"], "files": [initrd], **kw}
+            with open(os.path.join(records, name), "w") as f:
+                json.dump(rec, f)
+
+        # A pid given since to another process (another start time): not killed.
+        record("1-2.json", start="1")
+        # A grader that still runs (this one): its run is left alone.
+        record("3-4.json", grader=os.getpid())
+        self.assertEqual(vm.sweep_leftovers(self.build), [f"removed {initrd}"])
+        self.assertIsNone(qemu.poll())
+        self.assertEqual(os.listdir(records), ["3-4.json"])
+        open(initrd, "w").close()
+        record("5-6.json")
+        done = vm.sweep_leftovers(self.build)
+        self.assertEqual(done, [f"killed QEMU {qemu.pid} of grader {dead.pid}",
+                                f"removed {initrd}"])
+        self.assertEqual(qemu.wait(timeout=10), -signal.SIGKILL)
+        self.assertFalse(os.path.exists(initrd))
+        self.assertEqual(os.listdir(records), ["3-4.json"])

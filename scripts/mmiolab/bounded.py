@@ -5,7 +5,7 @@ what the input may expand to; this bounds what reading it may cost, should a
 crafted input send a decompressor or a parser astray anyway.
 
 The child is the same Python with the mmiolab package, under prlimit (address
-space, CPU time, no core); the request goes in on stdin as JSON and the result
+space, CPU time, no core), killed by the kernel if the grader dies first; the request goes in on stdin as JSON and the result
 comes back on stdout as JSON. At the time limit it is killed.
 """
 
@@ -20,6 +20,10 @@ from typing import Any
 from . import MmiolabError
 
 PRLIMIT = "/usr/bin/prlimit"
+#: A child that dies with its grader: setpriv(1) execs the rest with
+#: PR_SET_PDEATHSIG (prctl(2)) set to SIGKILL, kept across exec. (A wrapper,
+#: not a preexec_fn, which is not safe in a process with threads.)
+PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"]
 _SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = ("import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
           "mod, fn = sys.argv[2].split(':'); "
@@ -36,7 +40,7 @@ class Stopped(MmiolabError):
 def call(entry: str, request: dict[str, Any], timeout: float, memory: int) -> Any:
     """entry ('module:function' of mmiolab) applied to request in a bounded child;
     its JSON result, or Stopped."""
-    cmd = [PRLIMIT, f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
+    cmd = [*PDEATHSIG, PRLIMIT, f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
            sys.executable, "-c", _CHILD, _SCRIPTS, entry]
     try:
         res = subprocess.run(cmd, input=json.dumps(request).encode(), capture_output=True,

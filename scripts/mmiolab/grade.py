@@ -165,7 +165,8 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     os.makedirs(opts.out, exist_ok=True)
     stale = remove_stale_scratch(opts.cfg)
     if stale:
-        progress(f"removed {len(stale)} scratch folder(s) of a grader that was killed")
+        progress(f"cleaned up after a grader that was killed: {len(stale)} scratch folder(s), "
+                 "guest(s) and file(s)")
     todo, results, kept = [], [], []
     for sub_id, path in entries:
         key = grading_key(spec, opts, path)

@@ -105,10 +105,13 @@ def new_scratch(prefix: str, cfg: Config | None = None) -> str:
 
 
 def remove_stale_scratch(cfg: Config | None = None) -> list[str]:
-    """Remove the scratch folders of graders that are gone (killed: no `finally`
-    ran), with the student files in them; the names removed. A folder whose
-    process still runs (a parallel grader) is left alone."""
-    gone = []
+    """Remove what graders that are gone (killed: no `finally` ran) left: the
+    QEMU of a run they had in flight, with its files (vm.sweep_leftovers: by
+    recorded pid, if that pid is still that QEMU), and their scratch folders,
+    with the student files in them; the names removed and what was done. A
+    folder whose process still runs (a parallel grader) is left alone."""
+    cfg = cfg or Config.from_env()
+    gone = vm.sweep_leftovers(cfg.build)
     root = scratch_root(cfg)
     for name in sorted(os.listdir(root)):
         m = _OWNED.match(name)

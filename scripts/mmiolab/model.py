@@ -97,7 +97,10 @@ class GradeResult:
     lab: str
     tests: list[TestOutcome]
     replay: Replay = field(default_factory=Replay)
-    execution_time: float = 0.0
+    execution_time: float = 0.0          # the whole grading (the instructor's)
+    # Of it, the hidden tests' guest: never in what a student sees before
+    # publication, where its length could carry what the driver measured there.
+    hidden_seconds: float = 0.0
     console_log: str | None = None
     submission: str = ""                 # its name as handed in (never a host path)
     verdict: str = "graded"              # graded, or why it was not (an intake verdict...)
@@ -121,6 +124,11 @@ class GradeResult:
     @property
     def max_score(self) -> float:
         return sum(t.max_score for t in self.tests)
+
+    @property
+    def visible_seconds(self) -> float:
+        """The grading time a student may see: all but the hidden tests' run."""
+        return max(0.0, self.execution_time - self.hidden_seconds)
 
     @property
     def failed(self) -> list[TestOutcome]:

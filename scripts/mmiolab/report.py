@@ -10,6 +10,15 @@ name, score, max_score, status ("passed"/"failed"), output, visibility. The
 specification has no top-level max_score; ours is in extra_data.mmiolab with
 everything needed to read the result back (load_results_json), which is what
 the gradebook's merge (gradebook.py) uses.
+
+What is for the instructor alone stays out of everything a student may see
+(summary.txt, results.json, a platform's file): the flags (code someone
+should read; a student who saw them could edit until the list is empty), the
+diff against the starter, and the time the hidden tests' guest took (a driver
+could encode what it measured there in how long it sleeps). They go to
+instructor.json (read back with results.json by load_results_json, so the
+gradebook and its merge keep them), instructor.txt (every test, the flags and
+the diff, in words) and junit.xml (the instructor's CI view).
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
         tests.append(entry)
     return {
         "score": result.score,
-        "execution_time": int(math.ceil(result.execution_time)),
+        "execution_time": int(math.ceil(result.visible_seconds)),
         "output": _cap(_clean_text(summary_text(result)), MAX_OUTPUT),
         "output_format": "text",
         "test_output_format": "text",
@@ -75,12 +84,10 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "replay": asdict(result.replay),
         "replay_command": result.replay.command(result.lab, result.submission),
         "console_log": result.console_log,
-        "execution_time": result.execution_time,
+        "execution_time": result.visible_seconds,
         "graded_at": result.graded_at,
         "host": result.host,
         "notes": result.notes,
-        "flags": result.flags,
-        "diff": result.diff,
         "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
@@ -119,7 +126,7 @@ def load_results_json(path: str) -> GradeResult:
                              description=desc.get(t["name"], ""))
                  for t in doc["tests"]]
         rep = extra.get("replay", {})
-        return GradeResult(
+        result = GradeResult(
             submission_id=extra["submission_id"], lab=extra["lab"], tests=tests,
             replay=Replay(**rep), execution_time=float(extra.get("execution_time", 0.0)),
             console_log=extra.get("console_log"), submission=extra.get("submission", ""),
@@ -131,6 +138,63 @@ def load_results_json(path: str) -> GradeResult:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ReportError(f"{path}: not a mmiolab results.json ({type(e).__name__}: {e})") from e
+    _load_instructor(result, os.path.join(os.path.dirname(path), INSTRUCTOR_JSON))
+    return result
+
+
+# ---------------------------------------------------------------------------- instructor
+
+INSTRUCTOR_JSON = "instructor.json"
+INSTRUCTOR_TXT = "instructor.txt"
+
+
+def instructor_json(result: GradeResult) -> dict[str, Any]:
+    """What results.json leaves out for the instructor: flags, diff, the whole time."""
+    return {"schema": RESULT_SCHEMA, "submission_id": result.submission_id,
+            "lab": result.lab, "graded_at": result.graded_at, "flags": result.flags, "diff": result.diff,
+            "execution_time": result.execution_time,
+            "hidden_seconds": result.hidden_seconds}
+
+
+def _load_instructor(result: GradeResult, path: str) -> None:
+    """instructor.json's fields into a result read from the results.json beside it
+    (none there: a platform's file, or one written before it existed)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path}: unreadable ({e})") from e
+    if not isinstance(doc, dict) or doc.get("schema") != RESULT_SCHEMA or (
+            doc.get("submission_id"), doc.get("lab"), doc.get("graded_at")) != (
+            result.submission_id, result.lab, result.graded_at):
+        raise ReportError(f"{path}: not the instructor's half of this results.json")
+    try:
+        result.flags = [str(f) for f in doc.get("flags", [])]
+        result.diff = str(doc.get("diff", ""))
+        result.execution_time = float(doc.get("execution_time", result.execution_time))
+        result.hidden_seconds = float(doc.get("hidden_seconds", 0.0))
+    except (TypeError, ValueError) as e:
+        raise ReportError(f"{path}: {e}") from e
+
+
+def instructor_text(result: GradeResult) -> str:
+    """The instructor's report: every test, the flags and the timings (summary_text
+    with student=False), then the diff against the starter."""
+    text = summary_text(result, student=False)
+    if result.diff:
+        text += "\nThe submission against the starter:\n" + result.diff.rstrip("\n") + "\n"
+    return text
+
+
+def write_instructor(result: GradeResult, out_dir: str) -> dict[str, str]:
+    paths = {"instructor": os.path.join(out_dir, INSTRUCTOR_JSON),
+             "instructor_text": os.path.join(out_dir, INSTRUCTOR_TXT)}
+    atomic_write(paths["instructor"], json.dumps(_clean_obj(instructor_json(result)), indent=2,
+                                                 ensure_ascii=False) + "\n")
+    atomic_write(paths["instructor_text"], _clean_text(instructor_text(result)))
+    return paths
 
 
 # ---------------------------------------------------------------------------- JUnit
@@ -213,13 +277,19 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
     out = [f"mmiolab {result.lab}: {result.submission_id}: {_num(score)}/{_num(most)}"
            + (f" (visible tests; {len(held)} more tests, {_num(sum(t.max_score for t in held))}"
               f" points, are shown when grades are published)" if held else ""),
-           f"graded {result.graded_at} on {result.host} in {result.execution_time:.1f}s"]
+           f"graded {result.graded_at} on {result.host} in "
+           + (f"{result.visible_seconds:.1f}s" + (" (the hidden tests' run not counted)"
+                                                   if result.hidden_seconds else "")
+              if student else f"{result.execution_time:.1f}s"
+              + (f" (the hidden tests' guest {result.hidden_seconds:.1f}s)"
+                 if result.hidden_seconds else ""))]
     if result.submission:
         out.append(f"submission: {result.submission}")
     if result.verdict != "graded":
         out.append(f"not graded in the guest: {result.verdict}")
     out += [f"note: {n}" for n in result.notes]
-    out += [f"flagged for the instructor: {f}" for f in result.flags]
+    if not student:                 # flags are for the instructor's eyes only
+        out += [f"flagged for the instructor: {f}" for f in result.flags]
     out.append("")
     for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()
@@ -251,7 +321,8 @@ def write_summary(result: GradeResult, path: str) -> None:
 
 
 def write_all(result: GradeResult, out_dir: str, **kw: Any) -> dict[str, str]:
-    """results.json, junit.xml and summary.txt of one submission, each atomic.
+    """results.json, junit.xml, summary.txt and the instructor's files
+    (write_instructor) of one submission, each atomic.
 
     results.json is written last: its presence means the submission is done (--resume).
     """
@@ -259,6 +330,7 @@ def write_all(result: GradeResult, out_dir: str, **kw: Any) -> dict[str, str]:
              "summary": os.path.join(out_dir, "summary.txt"),
              "results": os.path.join(out_dir, "results.json")}
     write_junit(result, paths["junit"])
+    paths.update(write_instructor(result, out_dir))
     write_summary(result, paths["summary"])
     write_results_json(result, paths["results"], **kw)
     return paths

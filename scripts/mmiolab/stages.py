@@ -25,7 +25,8 @@ student's module here and then boots its own interactive guest; labstats
 What prepare does, in this order: intake (submission.intake_for_lab, in a
 bounded child), flags on the source (objcheck.source_flags) and its review
 against the lab's starter (objcheck.review: the diff, flags for changes
-outside the fix), the confined build (lab.build_driver), the ELF check of
+outside the fix), both in a bounded child too (objcheck.check_text), the
+confined build (lab.build_driver), the ELF check of
 the module's imports (objcheck.check_elf), then its disassembled code
 (objcheck.check_code). Text a student may read names the submission as the
 student did and no host path, from where it is made: intake is told the
@@ -34,15 +35,18 @@ submission's shown name, the build its source's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, ktap, model, objcheck, report, submission
+from . import guestout, kernel, ktap, model, objcheck, report, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
-from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
+from .lab import (BuildFailed, Run, build_driver, build_text, disassemble, run_tests,
+                  scratch_root)
 from .labspec import GradedTest, LabSpec, boot_words
 from .platforms import Platform
 
@@ -104,20 +108,16 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
         # build_text: a member of an archive may be named by a host path.
         return Refused(verdict=intake.verdict, why=build_text(intake.describe(), cfg=cfg))
     checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored])
+    macros = kernel_macros_file(cfg)
     for taken in intake.taken:
-        with open(taken.path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        hints = objcheck.source_flags(text)
+        # In a bounded child, as intake: the source's flags, and for the
+        # instructor the diff against the starter and flags for changes
+        # outside a fix's functions and for kernel-memory walking.
+        starter = os.path.join(spec.dir, "starter", taken.name)
+        hints, rev = objcheck.check_text(taken.path, starter if os.path.isfile(starter) else None,
+                                         spec.fix_functions, taken.name, macros)
         checked.flags += hints
         checked.source_flags += hints
-        # For the instructor: the diff against the starter, and flags for
-        # changes outside a fix's functions and for kernel-memory walking.
-        try:
-            with open(os.path.join(spec.dir, "starter", taken.name), encoding="utf-8") as f:
-                starter = f.read()
-        except OSError:
-            continue
-        rev = objcheck.review(starter, text, spec.fix_functions, taken.name)
         checked.flags += rev.flags
         checked.diff += rev.diff
         if rev.diff and out_dir:
@@ -153,6 +153,27 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
                     confined=built.confined, build_log=built.log, **vars(checked))
 
 
+def kernel_macros_file(cfg: Config) -> str:
+    """The lab kernel's macros as the review needs them (objcheck.KernelMacros:
+    its configuration and every name its headers define), kept as JSON next to
+    the scratch folders and made again when the kernel's configuration is newer;
+    "" without a configured kernel (the review then decides less, and says
+    so)."""
+    t = kernel.tree(cfg)
+    autoconf = os.path.join(t.obj, "include", "generated", "autoconf.h")
+    try:
+        stamp = os.stat(autoconf).st_mtime_ns
+    except OSError:
+        return ""
+    path = os.path.join(scratch_root(cfg), f"kernel-macros-{stamp}.json")
+    if not os.path.exists(path):
+        roots = [os.path.join(t.src, "include"), os.path.join(t.src, "arch", "x86", "include"),
+                 os.path.join(t.obj, "include"), os.path.join(t.obj, "arch", "x86", "include")]
+        found = objcheck.kernel_macros([r for r in roots if os.path.isdir(r)], autoconf)
+        model.atomic_write(path, json.dumps(found.to_dict()))
+    return path
+
+
 def _read(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -182,6 +203,7 @@ class Ran:
     out_dir: str                               # where its console log is
     hidden: Run | None = None                  # the hidden tests' guest, if it ran
     hidden_seen: guestout.GuestOutput | None = None
+    hidden_seconds: float = 0.0                # its wall time, booting and reading too
 
 
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
@@ -213,10 +235,12 @@ def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds:
               seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
+        t0 = time.monotonic()
         ran.hidden = run_guest(spec, ready.ko, seeds, os.path.join(out_dir, "hidden"),
                                hidden=True, cmds=cmds, append=append, cfg=cfg)
         ran.hidden_seen = guestout.read_bounded(ran.hidden.result.channel,
                                                 ran.hidden.result.console, ran.hidden.nonce)
+        ran.hidden_seconds = time.monotonic() - t0
     return ran
 
 
@@ -450,7 +474,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags, diff=ready.diff)
+        flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds)
 
 
 # ---------------------------------------------------------------------------- write

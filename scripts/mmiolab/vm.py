@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ import threading
 import time
 from dataclasses import InitVar, dataclass, field
 
-from . import MmiolabError, initramfs, kernel
+from . import MmiolabError, bounded, initramfs, kernel
 from .config import Config
 from .initramfs import Archive, with_overlay
 
@@ -270,6 +271,107 @@ def _run_in(command: str, files: dict[str, str | bytes] | None, cfg: VMConfig, l
     return res
 
 
+# ---------------------------------------------------------------------------- leftovers
+#
+# A batch QEMU dies with its grader, however the grader ends (issue 33: after
+# `kill -9` of a grader, the OOM killer or a CI job killing one pid, a hung
+# guest's QEMU ran on at full CPU, past its run limit, and its initrd.img
+# stayed):
+#
+# - setpriv(1) --pdeathsig KILL execs QEMU with PR_SET_PDEATHSIG (prctl(2)):
+#   the kernel kills QEMU when the thread that started it ends, the grader's
+#   death included. A wrapper, not a preexec_fn: preexec_fn is not safe in a
+#   process with threads (subprocess's documentation), and a batch grades in
+#   threads. util-linux, which has setpriv, is Essential in Debian.
+# - QEMU runs in its own process group (Popen's process_group=0), so it and
+#   anything it starts are killed as one.
+# - Each run is recorded (build/scratch/qemu/GRADER-QEMU.json: QEMU's pid, its
+#   start time and command line, the files of the run) until it is reaped; the
+#   stale-scratch sweep (sweep_leftovers, from lab.remove_stale_scratch) kills
+#   the QEMU of a record whose grader is gone, if that pid still is that QEMU
+#   (same start time, same command line: pids are reused), and removes its
+#   files and the record.
+
+
+
+def _records_dir(build: str) -> str:
+    return os.path.join(build, "scratch", "qemu")
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time (field 22 of /proc/PID/stat, in clock ticks since
+    boot), which tells a process from a later one given the same pid; "" if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]     # fields after "(comm)" start at 3
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.fsdecode(f.read()).split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _record(build: str, proc: subprocess.Popen, cmd: list[str], files: list[str]) -> str:
+    d = _records_dir(build)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"{os.getpid()}-{proc.pid}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"grader": os.getpid(), "pid": proc.pid, "start": _start_time(proc.pid),
+                   "cmdline": cmd, "files": files}, f)
+    os.replace(tmp, path)
+    return path
+
+
+def sweep_leftovers(build: str) -> list[str]:
+    """Kill the QEMU of every run whose grader is gone, if that pid is still
+    that QEMU, and remove the run's files and record; what it did, in words."""
+    d = _records_dir(build)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    done = []
+    for name in names:
+        path = os.path.join(d, name)
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            grader, pid = int(rec["grader"]), int(rec["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                    # being written, or not ours: left alone
+        try:
+            os.kill(grader, 0)
+            continue                    # its grader still runs (another batch)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        if _start_time(pid) == rec.get("start") and _cmdline(pid) == rec.get("cmdline"):
+            try:
+                os.killpg(pid, signal.SIGKILL)      # its own group: QEMU and its children
+                done.append(f"killed QEMU {pid} of grader {grader}")
+            except (ProcessLookupError, PermissionError):
+                pass
+        for leftover in rec.get("files", []):
+            try:
+                os.unlink(leftover)
+                done.append(f"removed {leftover}")
+            except OSError:
+                pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return done
+
+
 def _overlaid(base: str, files: dict[str, str | bytes], out: str) -> str:
     """base + an overlay of files (guest path -> host path, or bytes: executable)."""
     overlay = Archive()
@@ -313,12 +415,24 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     console_path = os.path.join(log_dir, "console.log")
     cmd = _batch_command(cfg, accel, initrd, append, log_dir, channel_path, console_path)
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    console = _ConsoleReader(proc, console_path, cfg.console_cap, t0)
-    done = _MarkerWatch(channel_path, cfg.done_marker)
-    status = _watch(proc, cfg, console, done, channel_path, t0)
-    rc, stderr = _reap(proc, console)
+    proc = subprocess.Popen(bounded.PDEATHSIG + cmd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+    record = ""
+    try:
+        record = _record(cfg.build, proc, cmd, [initrd])
+        console = _ConsoleReader(proc, console_path, cfg.console_cap, t0)
+        done = _MarkerWatch(channel_path, cfg.done_marker)
+        status = _watch(proc, cfg, console, done, channel_path, t0)
+        rc, stderr = _reap(proc, console)
+    except BaseException:
+        # Ctrl-C in this thread, or a grader bug: QEMU is in its own group,
+        # out of the terminal's reach, so end it here.
+        _kill_group(proc)
+        proc.wait()
+        raise
+    finally:
+        if record and proc.poll() is not None:
+            os.unlink(record)
     seconds = time.monotonic() - t0
     text = console.text()
     if stderr.strip():
@@ -403,6 +517,14 @@ def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
             break
         time.sleep(0.05)
     return status
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """QEMU and anything it started (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _reap(proc: subprocess.Popen, console: _ConsoleReader) -> tuple[int, str]:

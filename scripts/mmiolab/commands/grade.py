@@ -84,6 +84,11 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         opts.out = os.path.join(cfg.build, f"{platform.name}-run")
         r = grade_one(spec, platform.submission(cfg), "submission", opts, platform=platform)
         print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
+        # The job's own output is the instructor's there, never the student's:
+        # Gradescope shows it to staff only (results.json's stdout_visibility
+        # "hidden"), PrairieLearn in the grading job's log.
+        for f in r.flags:
+            print(f"grade: flagged for the instructor: {f}")
         return 0
     if not args.submissions:
         args.parser.error("no submissions given")
