@@ -133,5 +133,30 @@ def _tidy_literal_includes(app, doctree):
             node += nodes.Text(new)
 
 
+# The answer key's page, which in the student edition only says that it is
+# for instructors. Sphinx's sidebar ignores "only" around a toctree, and
+# excluding the page would break the toctree and the links that name it.
+ANSWER_KEY = "instructor/teaching"
+
+
+def _student_toctree(app, doctree):
+    """In the student edition, take the answer key out of every toctree.
+
+    Runs before Sphinx's own toctree collector reads the doctree, so the
+    sidebar and the next/previous links skip the page; the page is still
+    built (its :orphan: field keeps Sphinx from warning that no toctree
+    includes it), so links to it resolve.
+    """
+    if not app.tags.has("student"):
+        return
+    from sphinx import addnodes
+    for node in doctree.findall(addnodes.toctree):
+        node["entries"] = [(title, doc) for title, doc in node["entries"]
+                           if doc != ANSWER_KEY]
+        node["includefiles"] = [doc for doc in node["includefiles"] if doc != ANSWER_KEY]
+
+
 def setup(app):
     app.connect("doctree-read", _tidy_literal_includes)
+    # Before the toctree collector (priority 500) sees the front page.
+    app.connect("doctree-read", _student_toctree, priority=400)

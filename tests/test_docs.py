@@ -12,6 +12,10 @@
 - The API reference is extracted with kernel-doc from the patched kernel tree
   (every documented export of the fabric is on the page), and without that
   tree conf.py stops with an error that says to run `make kernel`.
+- Every run count a page quotes ("N/100") is a figure citation, a literal
+  naming its row of Documentation/figures/labstats.txt or answerkey.txt,
+  and that row holds the count; a row measured on an older kernel is quoted
+  with that kernel (issue 36, FIGURE_CITE).
 - Code on the lab page comes from the lab's files (literalinclude), and the
   recorded trace figures are drawn from Documentation/figures/*-trace.txt as
   inline SVG: the race with an overtaken doorbell, the fixes without one.
@@ -299,6 +303,139 @@ class FactsOnceTest(unittest.TestCase):
             moved[home] = "\n\n".join(para for para in paragraphs if para not in told)
             self.assertTrue(any(p.startswith(fact + ":") for p in facts_out_of_place(moved)),
                             f"{fact}: deleting it from {home} was not caught")
+
+
+# A measured run count on a page is quoted only as a figure citation, a
+# literal naming the row of a figures file it comes from:
+#   ``labstats doorbell: fixture:wmb-instead - race = 100/100``
+#   ``answerkey posting: starter profile=pc teardown = 100/100, 1st fail 2``
+#   ``labstats posting (6.1): fixture:mmiowb-alone - teardown = 100/100``
+# FILE is Documentation/figures/FILE.txt; LAB, VARIANT, EXTRA and TEST pick
+# one row; FAILED (and the median first failure, if quoted) must be the row's.
+# A row that its file says was measured on another kernel than the current
+# one (labstats.txt's "# LAB ...: the 6.1 lab kernel" comments) must carry
+# that kernel in parentheses, so a stale figure says so wherever it is
+# quoted. Any other N/100 in a page is a count with no row, and an error.
+FIGURE_CITE = re.compile(
+    r"``(?P<file>[a-z]+) (?P<lab>[a-z]+)(?: \((?P<kernel>[0-9.]+)\))?: "
+    r"(?P<variant>\S+) (?P<extra>\S+) (?P<test>\S+) = (?P<failed>\d+/\d+)"
+    r"(?:, 1st fail (?P<first>\d+))?``")
+BARE_COUNT = re.compile(r"\b\d+/100\b")
+CURRENT_KERNEL = "6.12"
+
+
+def figure_rows(name):
+    """The rows of Documentation/figures/NAME.txt, keyed (lab, variant, extra,
+    test), each with its failed count, median first failure and kernel.
+
+    Two layouts: labstats.txt has "lab NAME, fabric ..." lines with the
+    lab's rows under them (variant extra test failed 1st ...), and comment
+    lines "# LAB[ and LAB]: the X lab kernel"; answerkey.txt has one table
+    whose rows start with the lab. A kernel the file does not state is None.
+    """
+    rows, lab, kernels = {}, None, {}
+    with open(os.path.join(FIGURES, name + ".txt"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"#\s*([a-z ,]+?): the ([0-9.]+) lab kernel", line)
+            if m:
+                for each in re.split(r",\s*|\s+and\s+", m.group(1)):
+                    kernels[each.strip()] = m.group(2)
+                continue
+            if line.startswith("#") or not line.strip():
+                continue
+            m = re.match(r"lab (\w+),", line)
+            if m:
+                lab = m.group(1)
+                continue
+            cols = line.split()
+            if cols[0] in ("variant", "lab"):
+                continue
+            if lab is None:
+                row_lab, cols = cols[0], cols[1:]
+            else:
+                row_lab = lab
+            if len(cols) < 5 or not re.fullmatch(r"\d+/\d+", cols[3]):
+                continue
+            rows[(row_lab, cols[0], cols[1], cols[2])] = {
+                "failed": cols[3], "first": cols[4], "kernel": kernels.get(row_lab)}
+    return rows
+
+
+def figure_quote_problems(texts, rows_of=figure_rows):
+    """One line per figure citation that its row does not back, and per run
+    count written outside a citation, in TEXTS (path -> reST source)."""
+    problems, tables = [], {}
+    for rel, text in sorted(texts.items()):
+        for m in FIGURE_CITE.finditer(text):
+            where = f"{rel}: {m.group(0)}"
+            name = m.group("file")
+            if name not in tables:
+                try:
+                    tables[name] = rows_of(name)
+                except FileNotFoundError:
+                    tables[name] = None
+            if tables[name] is None:
+                problems.append(f"{where}: no figures file {name}.txt")
+                continue
+            row = tables[name].get((m.group("lab"), m.group("variant"),
+                                    m.group("extra"), m.group("test")))
+            if row is None:
+                problems.append(f"{where}: no such row in {name}.txt")
+                continue
+            if m.group("failed") != row["failed"]:
+                problems.append(f"{where}: the row says {row['failed']}")
+            if m.group("first") is not None and m.group("first") != row["first"]:
+                problems.append(f"{where}: the row's 1st fail is {row['first']}")
+            stale = row["kernel"] not in (None, CURRENT_KERNEL)
+            if (m.group("kernel") or None) != (row["kernel"] if stale else None):
+                problems.append(f"{where}: the row was measured on "
+                                f"{row['kernel'] or 'a kernel the file does not name'}"
+                                + (", which the quote must say" if stale else ""))
+        for m in BARE_COUNT.finditer(FIGURE_CITE.sub("", text)):
+            problems.append(f"{rel}: {m.group(0)} quoted without its row")
+    return problems
+
+
+class FigureQuotesTest(unittest.TestCase):
+    """Every run count a page quotes is a figure citation its figures file
+    holds (FIGURE_CITE); no page quotes a count without one."""
+
+    def test_every_quoted_count_is_in_its_figures_file(self):
+        self.assertEqual(figure_quote_problems(read_sources()), [])
+
+    def test_the_pages_quote_figures(self):
+        """The convention is in use: the answer key cites both files."""
+        text = read_sources()["Documentation/instructor/teaching.rst"]
+        files = {m.group("file") for m in FIGURE_CITE.finditer(text)}
+        self.assertEqual(files, {"labstats", "answerkey"})
+
+    def test_the_check_sees_a_wrong_number(self):
+        """The check itself, on the real pages and figures: a changed count,
+        a changed first failure, a row that does not exist, a stale row
+        quoted without its kernel, and a bare count are each caught."""
+        texts = read_sources()
+        home = "Documentation/instructor/teaching.rst"
+        page = texts[home]
+        cites = [m for m in FIGURE_CITE.finditer(page)]
+        first = next(m for m in cites if m.group("first"))
+        stale = next(m for m in cites if m.group("kernel"))
+        zero = next(m for m in cites if m.group("failed") == "0/100")
+        changes = {
+            "count": page.replace(zero.group(0), zero.group(0).replace("= 0/100", "= 1/100")),
+            "first": page.replace(first.group(0), first.group(0).replace(
+                f"1st fail {first.group('first')}", "1st fail 1")),
+            "row": page.replace(zero.group(0), zero.group(0).replace(
+                zero.group("variant"), "fixture:no-such-fix")),
+            "kernel": page.replace(stale.group(0), stale.group(0).replace(
+                f" ({stale.group('kernel')})", "")),
+            "bare": page + "\n\nThe starter failed 100/100.\n",
+        }
+        for what, changed in changes.items():
+            with self.subTest(what):
+                self.assertNotEqual(changed, page)
+                problems = figure_quote_problems(dict(texts, **{home: changed}))
+                self.assertTrue(any(p.startswith(home) for p in problems),
+                                f"a {what} change was not caught")
 
 
 class ApiReferenceTest(unittest.TestCase):
@@ -623,6 +760,40 @@ class BrowserTest(unittest.TestCase):
                 continue
             with self.subTest(page=page):
                 self._check_page(page)
+
+    def _set_width(self, width):
+        self.browser.call("Emulation.setDeviceMetricsOverride",
+                          {"width": width, "height": 900, "deviceScaleFactor": 1,
+                           "mobile": width < 500}, session=self.session)
+
+    def test_tables_fit_the_text_column(self):
+        """At 1280 px no table of any content page is wider than the text
+        column (the theme's nowrap cells hid the labs table's third column,
+        issue 36); at phone width (390 px) the labs table's last column is
+        on the screen. Screenshots of the labs page at both widths are left
+        in the screenshots folder."""
+        wider = ("[...document.querySelectorAll('.wy-table-responsive')]"
+                 ".filter(w => w.scrollWidth > w.clientWidth + 1)"
+                 ".map(w => (w.querySelector('th') || {}).textContent)")
+        try:
+            self._set_width(1280)
+            for page in PAGES:
+                if page in ("search.html", "genindex.html"):
+                    continue
+                with self.subTest(page=page, width=1280):
+                    self._open(page)
+                    self.assertEqual(self._eval(wider), [], f"{page}: a table runs off the column")
+            self._open("labs/index.html")
+            self._screenshot("labs-index-1280.png")
+            self._set_width(390)
+            self._open("labs/index.html")
+            self._screenshot("labs-index-390.png")
+            right = self._eval("(() => { const c = document.querySelector("
+                               "'.wy-table-responsive table tr th:last-child');"
+                               " return [c.getBoundingClientRect().right, window.innerWidth]; })()")
+            self.assertLessEqual(right[0], right[1], "labs table: the last column is off the screen")
+        finally:
+            self._set_width(1280)
 
     def test_modern_mutex_section_renders(self):
         """The modern lab's mutex-path section: the portable fix and why an

@@ -102,6 +102,7 @@ class TimelineDirective(Directive):
         parts = [("", header.get("driver")), (" under ", header.get("command")),
                  (" (one test thread per CPU), ", header.get("cpus") and f"{header['cpus']} virtual CPUs"
                   + (f" under QEMU ({header['accel'].upper()})" if header.get("accel") else "")),
+                 ("; lab kernel ", header.get("kernel")),
                  ("; fabric ", header.get("fabric")),
                  ("; recorded ", header.get("date")),
                  (". It shows ", header.get("shows")),
