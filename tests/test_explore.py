@@ -77,7 +77,10 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual(d.finding.kind, "stale-doorbell")
         self.assertTrue(d.finding.failure)
         self.assertIn("the card saw 21 and then 20", d.finding.text)
-        self.assertIn('class="mmiosim-write doorbell overtaken stale"', d.svg)
+        # The finding's writes are marked (and labelled as the sentence says).
+        self.assertIn('class="mmiosim-write doorbell overtaken stale marked"', d.svg)
+        self.assertIn(">doorbell 20 (seq=838)</text>", d.svg)
+        self.assertIn(">overtook seq=838</text>", d.svg)
         self.assertIn("1 stale doorbells", d.summary)
 
     def test_long_excerpt_is_thinned_not_dropped(self):
@@ -93,7 +96,7 @@ class TimelineTest(unittest.TestCase):
         self.assertIsNotNone(d.finding, d.warnings)
         self.assertIn("a stale doorbell", d.finding.text)
         self.assertIn("left out", d.excerpt)
-        self.assertIn('stale"', d.svg)
+        self.assertRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]')
         tr = timeline.parse(text)
         stale = next(w for w in tr.writes.values() if w.stale)
         later = min((w for w in tr.writes.values() if w.off == stale.off and w.seq > stale.seq),

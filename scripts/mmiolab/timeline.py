@@ -1492,7 +1492,7 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
                 labels.place(item, btext, [(xd + 4, wb - 4, "start"), (xd - 4, wb - 4, "end"),
                                            (xa + 4, wb + 4, "start")], 11, bold=True,
                              style=f"fill:{RED if w.overtaken else colour};font-weight:bold",
-                             region=(0, b_top + 12, L.width, b_top + b_h))
+                             region=(0, b_top + 2, L.width, b_top + b_h))
         # to the device
         _el(item, "line", x1=_f(xa), y1=wb, x2=_f(xa), y2=dev_y - 5, stroke=hot,
             stroke_width=thin if not bg else "0.8",
