@@ -105,7 +105,7 @@ class RacePictureTest(unittest.TestCase):
 
     def test_reports_lay_out_cleanly_at_every_width(self):
         for name, (path, d) in self._pages().items():
-            self.assertTrue(d.finding and d.finding.failure, f"{name}: no failure found")
+            self.assertTrue(d.finding and d.finding.marked, f"{name}: nothing found")
             self._check_layout(path, name)
 
     def test_first_screen_shows_the_finding(self):
@@ -152,7 +152,8 @@ class RacePictureTest(unittest.TestCase):
             with open(path, encoding="utf-8") as f:
                 page = f.read()
             self.assertIn("The picture in words", page)
-            self.assertIn(f"<b>Found:</b> {d.finding.text}", page.replace("&#x27;", "'"))
+            said = "Found" if d.finding.failure else "Shows"
+            self.assertIn(f"<b>{said}:</b> {d.finding.text}", page.replace("&#x27;", "'"))
 
     def test_docs_figures_lay_out_cleanly(self):
         # The recorded figures, drawn as Documentation/sphinx/tracefig.py draws

@@ -605,13 +605,16 @@ def find(tr: Trace) -> Finding | None:
                           else "") + f", and its {ret.call} returned "
                        f"{_us(ret.ts - d.post)} after the write was posted; no interrupt of "
                        "the card came after that return",
-                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno))
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno),
+                       {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     pair = last_crossing(tr)
     if pair:
         a, b = pair
         return Finding("crossing", f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}), then CPU "
                        f"{b.cpu} wrote {b.val} (seq={b.seq}); they reached the card in order",
-                       excerpt_lines(tr, pair, context_writes=0))
+                       excerpt_lines(tr, pair, context_writes=0),
+                       {a.seq: (f"doorbell {a.val} (seq={a.seq})", ""),
+                        b.seq: (f"{b.val} (seq={b.seq})", "")})
     return None
 
 
@@ -1100,6 +1103,7 @@ class _Layout:
     height: int
     narrow: bool
     marked: dict                # seq -> (queue label, bridge label): the finding's writes
+    title_lines: list
 
     def x(self, t: float) -> float:
         return self.left + (t - self.lo_ns) / (self.hi_ns - self.lo_ns) * \
@@ -1224,7 +1228,8 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
             b_rows[it.seq] = r
     row_h = 15
     lanes = []                  # (key, label, sub, y_top, height)
-    y = 40 if title else 14
+    title_lines = _wrap(title, width - 24, 13 * 1.12) if title else []
+    y = 40 + 17 * (len(title_lines) - 1) if title else 14
     for c in cpus:
         h = 44 + q_n.get(c, 1) * row_h
         lanes.append((("cpu", c), f"CPU {c}", "queue" if narrow else "posted-write queue", y, h))
@@ -1243,7 +1248,7 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
     height = legend_y + 16 * len(legend[0]) + 13 * len(legend[1]) + 14
     L = _Layout(writes, spans, irqs, rets, cpus, t0, lo_ns, hi_ns, left, right, width, q_rows,
                 b_rows, q_groups, b_groups, q_group_of, b_group_of, due, row_h, lanes, lane,
-                axis_y, legend, legend_y, height, narrow, marked)
+                axis_y, legend, legend_y, height, narrow, marked, title_lines)
     return L
 
 
@@ -1319,9 +1324,9 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
     def arrow(colour):
         return f"url(#{ident}-arr{palette.index(colour)})"
     _el(g, "rect", x=0, y=0, width=L.width, height=L.height, fill="white")
-    if title:
-        for line in _wrap(title, L.width - 24, 13 * 1.12)[:1]:
-            labels.place(g, line, [(12, 22, "start")], 13, bold=True, cls="ttl", required=True)
+    for i, line in enumerate(L.title_lines):
+        labels.place(g, line, [(12, 22 + 17 * i, "start")], 13, bold=True, cls="ttl",
+                     required=True)
     for i, (key, label, sub, top, hgt) in enumerate(L.lanes):
         if i % 2 == 0:
             _el(g, "rect", x=0, y=top, width=L.width, height=hgt, fill="#f7f7f7")
