@@ -43,11 +43,8 @@ SCREENS = ((390, 844), (1280, 900))
 
 
 def recordings():
-    """The stored recordings: name -> trace text; and, until a posting run is
-    stored, test_explore's made-up one of that lab's late interrupt (the
-    shapes real doorbell runs lack: interrupts, a call's return)."""
-    from test_explore import made_up_trace
-    out = {"made-up-late-interrupt": made_up_trace(irq_after_return=True)}
+    """The stored recordings: name -> trace text."""
+    out = {}
     for path in sorted(glob.glob(os.path.join(TRACES, "*.txt.gz"))):
         with gzip.open(path, "rt", encoding="utf-8") as f:
             out[os.path.basename(path)[:-len(".txt.gz")]] = f.read()
@@ -100,8 +97,12 @@ class RacePictureTest(unittest.TestCase):
                                              "the page scrolls sideways")
 
     def test_recordings_are_stored(self):
-        # The kit's own runs: at least the doorbell starter's stalled queue.
-        self.assertIn("stalled-doorbell", recordings())
+        # Every lab's starter, and each kind of finding a failing run gives.
+        names = recordings()
+        for lab in ("doorbell", "posting", "modern"):
+            self.assertIn(f"{lab}-starter", names)
+        kinds = {timeline.draw(t).finding.kind for t in names.values()}
+        self.assertLessEqual({"stale-doorbell", "late-interrupt", "early-return"}, kinds)
 
     def test_reports_lay_out_cleanly_at_every_width(self):
         for name, (path, d) in self._pages().items():
