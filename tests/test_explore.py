@@ -119,7 +119,7 @@ class TimelineTest(unittest.TestCase):
                 d = timeline.draw(f.read(), title=name)
             self.assertEqual(d.finding.kind, kind, name)
             self.assertFalse(d.finding.failure, name)
-            self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale"', name)
+            self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]', name)
 
     def test_late_interrupt_is_one_after_the_disabling_call_returned(self):
         d = timeline.draw(made_up_trace(irq_after_return=True))
@@ -429,7 +429,7 @@ class ExploreVMTest(unittest.TestCase):
         self.assertRegex(text, r"the card counted [1-9]\d* stale doorbells")
         self.assertRegex(out, r"(?m)^Found: CPU \d wrote doorbell \d+ .*: a stale doorbell\.$")
         page = self.assert_picture(out)
-        self.assertRegex(page, r'class="mmiosim-write[^"]* stale"')
+        self.assertRegex(page, r'class="mmiosim-write[^"]* stale[ "]')
         report("doorbell starter: " + next(ln for ln in out.splitlines()
                                            if ln.startswith("Found:"))[:200])
 

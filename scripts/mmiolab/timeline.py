@@ -1494,8 +1494,13 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
                     stroke_width=thin, stroke_dasharray="2 3")
             btext = mark[1] if mark and mark[1] else "overtaken" if w.overtaken else ""
             if btext:
+                # Beside where it entered the bridge, else anywhere above or
+                # below its bar (a phone's picture has little room).
                 labels.place(item, btext, [(xd + 4, wb - 4, "start"), (xd - 4, wb - 4, "end"),
-                                           (xa + 4, wb + 4, "start")], 11, bold=True,
+                                           (xa + 4, wb + 4, "start"),
+                                           (L.width - 4, wb - 4, "end"),
+                                           (xd + 4, wb + 13, "start"), (xd - 4, wb + 13, "end"),
+                                           (L.width - 4, wb + 13, "end")], 11, bold=True,
                              style=f"fill:{RED if w.overtaken else colour};font-weight:bold",
                              region=(0, b_top + 2, L.width, b_top + b_h))
         # to the device
