@@ -77,7 +77,10 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual(d.finding.kind, "stale-doorbell")
         self.assertTrue(d.finding.failure)
         self.assertIn("the card saw 21 and then 20", d.finding.text)
-        self.assertIn('class="mmiosim-write doorbell overtaken stale"', d.svg)
+        # The finding's writes are marked (and labelled as the sentence says).
+        self.assertIn('class="mmiosim-write doorbell overtaken stale marked"', d.svg)
+        self.assertIn(">doorbell 20 (seq=838)</text>", d.svg)
+        self.assertIn(">overtook seq=838</text>", d.svg)
         self.assertIn("1 stale doorbells", d.summary)
 
     def test_long_excerpt_is_thinned_not_dropped(self):
@@ -93,7 +96,7 @@ class TimelineTest(unittest.TestCase):
         self.assertIsNotNone(d.finding, d.warnings)
         self.assertIn("a stale doorbell", d.finding.text)
         self.assertIn("left out", d.excerpt)
-        self.assertIn('stale"', d.svg)
+        self.assertRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]')
         tr = timeline.parse(text)
         stale = next(w for w in tr.writes.values() if w.stale)
         later = min((w for w in tr.writes.values() if w.off == stale.off and w.seq > stale.seq),
@@ -116,7 +119,7 @@ class TimelineTest(unittest.TestCase):
                 d = timeline.draw(f.read(), title=name)
             self.assertEqual(d.finding.kind, kind, name)
             self.assertFalse(d.finding.failure, name)
-            self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale"', name)
+            self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]', name)
 
     def test_late_interrupt_is_one_after_the_disabling_call_returned(self):
         d = timeline.draw(made_up_trace(irq_after_return=True))
@@ -426,7 +429,7 @@ class ExploreVMTest(unittest.TestCase):
         self.assertRegex(text, r"the card counted [1-9]\d* stale doorbells")
         self.assertRegex(out, r"(?m)^Found: CPU \d wrote doorbell \d+ .*: a stale doorbell\.$")
         page = self.assert_picture(out)
-        self.assertRegex(page, r'class="mmiosim-write[^"]* stale"')
+        self.assertRegex(page, r'class="mmiosim-write[^"]* stale[ "]')
         report("doorbell starter: " + next(ln for ln in out.splitlines()
                                            if ln.startswith("Found:"))[:200])
 

@@ -68,8 +68,11 @@ def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
     model.atomic_write(os.path.join(out_dir, "race.html"), timeline.html_page(d, title))
     shows = d.finding.text if d.finding else d.summary
     excerpt = "\n".join(d.excerpt.splitlines()[:40])
-    return Picture(f"The first failing run, as traced: {shows}\n{excerpt}",
-                   f"<p>{html.escape(shows)}</p>{d.svg}")
+    # The picture's first screen in words (for a terminal, a screen reader).
+    words = "".join(f"  {s}\n" for s in d.words)
+    return Picture(f"The first failing run, as traced: {shows}\n"
+                   + (f"What race.html draws first:\n{words}" if words else "") + excerpt,
+                   f"<p>{html.escape(shows)}</p>{d.focus_svg or d.svg}")
 
 
 def read(channel: str, console: str, nonce: str, picture_dir: str = "",

@@ -552,6 +552,9 @@ class Finding:
     #                         | disable | crossing
     text: str               # one sentence: what the excerpt shows
     lines: list             # the excerpt's line numbers in the trace (1-based)
+    # The writes the sentence names: seq -> (label on its CPU's queue, label in
+    # the bridge), as the sentence words them; the picture marks them.
+    marked: dict = field(default_factory=dict)
 
     @property
     def failure(self) -> bool:
@@ -566,24 +569,32 @@ def find(tr: Trace) -> Finding | None:
     disable, the last doorbells from two CPUs)."""
     pair = first_reordering(tr)
     if pair:
+        old, new = pair
         return Finding("stale-doorbell", describe_reordering(*pair),
-                       excerpt_lines(tr, pair, context_writes=1))
+                       excerpt_lines(tr, pair, context_writes=1),
+                       {old.seq: (f"doorbell {old.val} (seq={old.seq})", "overtaken"),
+                        new.seq: (f"{new.val} (seq={new.seq})", f"overtook seq={old.seq}")})
     late = first_late_interrupt(tr)
     if late:
         d, ret, q = late
         return Finding("late-interrupt", describe_late(d, ret, q),
-                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno))
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno),
+                       {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     ret = first_early_return(tr)
     if ret:
         d = ret.disabled
         return Finding("early-return", describe_early_return(d, ret),
                        excerpt_lines(tr, _with_doorbell_before(tr, d), 0,
-                                     upto=ret.lineno))
+                                     upto=ret.lineno),
+                       {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     for barrier in ("mmiowb", "read"):
         pair = first_handoff(tr, barrier)
         if pair:
+            a, b = pair
             return Finding(barrier, describe_handoff(tr, *pair, barrier),
-                           excerpt_lines(tr, pair, context_writes=0))
+                           excerpt_lines(tr, pair, context_writes=0),
+                           {a.seq: (f"doorbell {a.val} (seq={a.seq})", ""),
+                            b.seq: (f"{b.val} (seq={b.seq})", "")})
     ret = max((r for r in tr.returns if r.disabled is not None), key=lambda r: r.lineno,
               default=None)
     if ret is not None:
@@ -594,13 +605,16 @@ def find(tr: Trace) -> Finding | None:
                           else "") + f", and its {ret.call} returned "
                        f"{_us(ret.ts - d.post)} after the write was posted; no interrupt of "
                        "the card came after that return",
-                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno))
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno),
+                       {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     pair = last_crossing(tr)
     if pair:
         a, b = pair
         return Finding("crossing", f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}), then CPU "
                        f"{b.cpu} wrote {b.val} (seq={b.seq}); they reached the card in order",
-                       excerpt_lines(tr, pair, context_writes=0))
+                       excerpt_lines(tr, pair, context_writes=0),
+                       {a.seq: (f"doorbell {a.val} (seq={a.seq})", ""),
+                        b.seq: (f"{b.val} (seq={b.seq})", "")})
     return None
 
 
@@ -672,6 +686,72 @@ class Drawing:
     finding: Finding | None
     summary: str            # one line: what the whole trace holds
     warnings: list
+    # The first screen: the finding's writes and the few around them, drawn
+    # for a desktop and for a phone, and the same in words.
+    focus_svg: str = ""
+    focus_narrow_svg: str = ""
+    words: list = field(default_factory=list)
+    focus_writes: int = 0   # writes on the first screen (of all the excerpt's complete ones)
+    excerpt_writes: int = 0
+
+
+#: Writes drawn before and after each of the finding's writes on the first screen.
+FOCUS_CONTEXT = 2
+#: The width of the first screen's picture on a phone (390 px, less the page's margins).
+PHONE_WIDTH = 360
+
+
+def focus(tr: Trace, marked: dict) -> Trace:
+    """What the first screen shows: the writes a finding names and, for each,
+    the FOCUS_CONTEXT complete writes posted just before and just after it,
+    with the reads and waits of that time, the late interrupts, and the
+    return of a call whose interrupt disable is among them."""
+    ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    index = {w.seq: i for i, w in enumerate(ws)}
+    chosen = set()
+    for seq in marked:
+        if seq in index:
+            i = index[seq]
+            chosen.update(w.seq for w in ws[max(0, i - FOCUS_CONTEXT):i + FOCUS_CONTEXT + 1])
+    if not chosen:
+        return tr
+    writes = {seq: tr.writes[seq] for seq in sorted(chosen)}
+    lo = min(w.post for w in writes.values())
+    hi = max(w.arrive for w in writes.values())
+    returns = [r for r in tr.returns if r.disabled is not None and r.disabled.seq in chosen]
+    irqs = [q for q in tr.irqs if q.late]
+    spans = [sp for sp in tr.spans if sp.end >= lo and sp.start <= hi]
+    return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost)
+
+
+def in_words(tr: Trace, marked: dict) -> list:
+    """The picture as sentences, for a screen reader or a terminal: each write
+    drawn, then each interrupt and return, in the order they happened."""
+    ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    if not ws:
+        return []
+    t0 = min([w.post for w in ws] + [q.ts for q in tr.irqs] + [r.ts for r in tr.returns])
+
+    def at(t):
+        return f"+{(t - t0) / 1000:.2f} \u00b5s"
+    out = []
+    for w in ws:
+        out.append((w.post, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
+                    f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.post)}, enters "
+                    f"the bridge at {at(w.drain)}"
+                    + (" ahead of an earlier-posted write" if any(
+                        o.overtaken and o.seq < w.seq and o.drain > w.drain for o in ws)
+                       and w.seq in marked else "")
+                    + (" behind a write posted later (overtaken)" if w.overtaken else "")
+                    + f", reaches the card at {at(w.arrive)}"
+                    + (" after a later doorbell (stale)" if w.stale else "") + "."))
+    for q in tr.irqs:
+        out.append((q.ts, f"the card's interrupt is handled on CPU {q.cpu} at {at(q.ts)}"
+                    + (", after the call that disabled it had returned (late)" if q.late
+                       else "") + "."))
+    for r in tr.returns:
+        out.append((r.ts, f"{r.task}'s {r.call} returns on CPU {r.cpu} at {at(r.ts)}."))
+    return [text[0].upper() + text[1:] for _, text in sorted(out, key=lambda p: p[0])]
 
 
 def summarize(tr: Trace) -> str:
@@ -730,27 +810,64 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
     try:
-        svg = render_svg(parse(excerpt), title=title, width=width, ident=ident)
+        cut = parse(excerpt)
+        svg = render_svg(cut, title=title, width=width, ident=ident, marked=finding.marked)
+        near = focus(cut, finding.marked)
+        focus_svg = render_svg(near, title=title, width=width, ident=f"{ident}-f",
+                               marked=finding.marked)
+        narrow_svg = render_svg(near, title=title, width=PHONE_WIDTH, ident=f"{ident}-p",
+                                marked=finding.marked)
     except TraceError as e:
-        svg = ""
         warnings.append(f"the excerpt cannot be drawn: {e}")
-    return Drawing(svg, excerpt, finding, summary, warnings)
+        return Drawing("", excerpt, finding, summary, warnings)
+    return Drawing(svg, excerpt, finding, summary, warnings, focus_svg, narrow_svg,
+                   in_words(near, finding.marked),
+                   sum(w.complete for w in near.writes.values()),
+                   sum(w.complete for w in cut.writes.values()))
 
 
 def html_page(d: Drawing, title: str) -> str:
-    """A page for the browser: the picture, what it shows, and the excerpt."""
+    """A page for the browser: what the run shows, in a sentence and on the
+    first screen (the finding's writes and the few around them, drawn for the
+    screen's width); the same in words; then the whole excerpt, folded away,
+    to scroll through; then the trace lines."""
     warn = "".join(f"<p class='warn'>Warning: {_e(w)}</p>" for w in d.warnings)
     shows = d.finding.text if d.finding else "nothing to draw"
     bad = d.finding is not None and d.finding.failure
+    body = ""
+    if d.focus_svg:
+        body += (f"<figure class='focus'><div class='wide'>{d.focus_svg}</div>"
+                 f"<div class='narrow'>{d.focus_narrow_svg}</div><figcaption>"
+                 + ("The writes the sentence names, highlighted, and the writes posted just "
+                    "before and after them"
+                    + (f" ({d.focus_writes} of the excerpt's {d.excerpt_writes} writes: the "
+                       "whole excerpt is below)" if d.focus_writes < d.excerpt_writes else "")
+                    if d.finding and d.finding.marked else "The excerpt")
+                 + ". Hover over a write for its times.</figcaption></figure>")
+    body += f"<p>{_e(d.summary)}.</p>{warn}"
+    if d.words:
+        body += ("<details class='words'><summary>The picture in words</summary><ol>"
+                 + "".join(f"<li>{_e(s)}</li>" for s in d.words) + "</ol></details>")
+    if d.svg and (not d.focus_svg or d.focus_writes < d.excerpt_writes):
+        body += (f"<details class='whole'><summary>The whole excerpt: {d.excerpt_writes} "
+                 "writes (runs that waited together are one bar; scroll sideways)</summary>"
+                 f"<div class='scroll'>{d.svg}</div></details>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{_e(title)}</title><style>"
             "body{font-family:'DejaVu Sans',Arial,sans-serif;margin:1.5em;color:#222;max-width:1000px}"
+            "h1{overflow-wrap:anywhere}figure{margin:0}svg{display:block}"
+            ".wide svg{max-width:100%;height:auto}.narrow{display:none}"
+            ".scroll{overflow-x:auto}figcaption{font-size:13px;color:#555}"
+            "summary{cursor:pointer;margin:.6em 0}"
             "pre{font-size:11px;background:#f6f6f6;padding:.8em;overflow-x:auto}"
             ".shows{font-size:15px}.bad{color:#b00020}.warn{color:#b35900}"
+            f"@media (max-width:{NARROW}px){{body{{margin:.6em}}.wide{{display:none}}"
+            ".narrow{display:block}}"
             "</style></head><body>"
             f"<h1>{_e(title)}</h1>"
             f"<p class='shows{' bad' if bad else ''}'><b>{'Found' if bad else 'Shows'}:</b> "
-            f"{_e(shows)}.</p><p>{_e(d.summary)}.</p>{warn}{d.svg}"
+            f"{_e(shows)}.</p>{body}"
             f"<h2>The excerpt of the trace</h2><pre>{_e(d.excerpt)}</pre></body></html>\n")
 
 
@@ -805,6 +922,156 @@ def _rows(intervals):
     return out, max(1, len(ends))
 
 
+# --- text: widths, and labels that never overlap ------------------------------
+
+# Advance widths in em of DejaVu Sans, the pictures' first font, rounded up by
+# class of character (digits are 0.636, most lower case 0.52-0.63, "il" 0.28,
+# capitals 0.6-0.78); DejaVu Sans Mono's is 0.602 for every character. They
+# place the labels; tests/test_race_picture.py checks the result with the
+# boxes Chromium lays out, not with these.
+_NARROW, _MID, _WIDE = set("il.,:;'|!I "), set("fjtr()[]-=/"), set("mwMW%\u2026")
+MONO_EM = 0.61
+
+
+def text_width(s: str, size: float, mono: bool = False, bold: bool = False) -> float:
+    """The width of s in pixels, at font-size size, a little over the real one."""
+    if mono:
+        return len(s) * MONO_EM * size
+    em = sum(0.33 if c in _NARROW else 0.43 if c in _MID else 1.0 if c in _WIDE else
+             0.78 if c.isupper() else 0.65 for c in s)
+    return em * size * (1.12 if bold else 1.0)
+
+
+class _Labels:
+    """Where the picture's text goes: each label at the first of its candidate
+    places where it stays inside its region (by default the picture) and
+    overlaps no label placed before it; a label with no such place is left
+    out (what it says is in its item's tooltip and in the text version).
+    Labels are placed in order of importance: the finding's first."""
+
+    PAD = 1.5
+
+    def __init__(self, width: float, height: float):
+        self.width, self.height = width, height
+        self.boxes = []
+        self.dropped = 0
+
+    def box(self, text, x, y, anchor, size, mono, bold):
+        w = text_width(text, size, mono, bold)
+        x0 = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
+        return (x0, y - 0.95 * size, x0 + w, y + 0.27 * size)
+
+    def free(self, b, region=None) -> bool:
+        rx0, ry0, rx1, ry1 = region or (0, 0, self.width, self.height)
+        p = self.PAD
+        if b[0] < rx0 + 1 or b[1] < ry0 or b[2] > rx1 - 1 or b[3] > ry1:
+            return False
+        return not any(b[0] < o[2] + p and o[0] < b[2] + p and b[1] < o[3] + p
+                       and o[1] < b[3] + p for o in self.boxes)
+
+    def place(self, parent, text, candidates, size=11.0, mono=False, bold=False,
+              region=None, cls="", style="", required=False):
+        """Draw text at the first free candidate (x, y, anchor); required text
+        (lane names, the axis) goes at the first candidate whatever it meets.
+        Returns the element, or None when the label was left out."""
+        for x, y, anchor in candidates:
+            b = self.box(text, x, y, anchor, size, mono, bold)
+            if self.free(b, region):
+                break
+        else:
+            if not required:
+                self.dropped += 1
+                return None
+            x, y, anchor = candidates[0]
+            b = self.box(text, x, y, anchor, size, mono, bold)
+        self.boxes.append(b)
+        attrs = {"x": _f(x), "y": _f(y)}
+        if anchor != "start":
+            attrs["text_anchor"] = anchor
+        if cls:
+            attrs["class_"] = cls
+        if style:
+            attrs["style"] = style
+        return _el(parent, "text", text, **attrs)
+
+
+def _wrap(text: str, width: float, size: float) -> list:
+    """text in lines no wider than width (estimated) at font-size size."""
+    lines, cur = [], ""
+    for word in text.split():
+        cand = f"{cur} {word}" if cur else word
+        if cur and text_width(cand, size) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = cand
+    return lines + [cur] if cur else lines
+
+
+# --- layout --------------------------------------------------------------------
+
+#: Runs of at least this many writes that wait together (in one CPU's queue, or
+#: in the bridge) are drawn as one labelled group.
+FOLD_MIN = 4
+#: Below this width the picture is drawn for a phone: a narrower margin and
+#: shorter lane captions.
+NARROW = 600
+
+
+@dataclass
+class _Group:
+    """Writes drawn as one bar: a stalled queue, or a burst in the bridge."""
+    writes: list
+    lo: int                 # ns
+    hi: int                 # ns
+    where: str              # "queue" or "bridge"
+
+    @property
+    def first(self):
+        return self.writes[0]
+
+    def title(self) -> str:
+        ws = self.writes
+        what = ("queued together on CPU " + str(ws[0].cpu) if self.where == "queue"
+                else "in the bridge together")
+        vals = ", ".join(f"{w.reg}={w.val}" for w in ws[:12]) + (", \u2026" if len(ws) > 12
+                                                                  else "")
+        return (f"{len(ws)} writes {what} (seq {ws[0].seq}-{ws[-1].seq}): {vals}; "
+                f"{sum(w.overtaken for w in ws)} overtaken, {sum(w.stale for w in ws)} stale")
+
+
+def _fold(writes: list, start, end, keep: set, where: str):
+    """Split writes (in the order they queue) into singles and groups: a group
+    is a run of at least FOLD_MIN of them, none in keep, each of which starts
+    (start(w)) before the run so far has ended (end(w)): they wait together.
+    Returns a list of Writes and _Groups."""
+    out, run, run_end = [], [], None
+
+    def close():
+        if len(run) >= FOLD_MIN:
+            out.append(_Group(list(run), min(start(w) for w in run),
+                              max(end(w) for w in run), where))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for w in writes:
+        if w.seq in keep:
+            close()
+            out.append(w)
+            run_end = None
+            continue
+        if run and start(w) < run_end:
+            run.append(w)
+            run_end = max(run_end, end(w))
+        else:
+            close()
+            run.append(w)
+            run_end = end(w)
+    close()
+    return out
+
+
 @dataclass
 class _Layout:
     """Where everything of a timeline goes: the events drawn, the time scale
@@ -820,14 +1087,23 @@ class _Layout:
     left: int
     right: int
     width: int
-    q_rows: dict
-    b_rows: dict
+    q_rows: dict                # seq -> sub-row in its CPU's lane
+    b_rows: dict                # seq -> sub-row in the bridge
+    q_groups: list              # _Group (queue)
+    b_groups: list              # _Group (bridge)
+    q_group_of: dict            # seq -> its queue _Group
+    b_group_of: dict            # seq -> its bridge _Group
     due: dict
     row_h: int
     lanes: list                 # (key, label, sub, y_top, height)
     lane: dict
     axis_y: int
+    legend: list                # (items [(colour, text, x)], notes [line])
+    legend_y: int
     height: int
+    narrow: bool
+    marked: dict                # seq -> (queue label, bridge label): the finding's writes
+    title_lines: list
 
     def x(self, t: float) -> float:
         return self.left + (t - self.lo_ns) / (self.hi_ns - self.lo_ns) * \
@@ -835,22 +1111,32 @@ class _Layout:
 
 
 def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
-               doorbell: int | None = None) -> str:
+               doorbell: int | None = None, marked: dict | None = None) -> str:
     """An SVG timeline of the trace's complete writes, reads and mmiowb() waits
     (doorbell: the register drawn as the doorbell, by default the card's), built
-    as an ElementTree (which escapes every text and attribute)."""
+    as an ElementTree (which escapes every text and attribute).
+
+    marked: seq -> (label on its queue, label in the bridge) for the writes a
+    finding names, highlighted and labelled first; runs of other writes that
+    wait together are folded into one labelled bar."""
     doorbell = ring().doorbell if doorbell is None else doorbell
-    L = _layout(tr, title, width)
-    svg, g, arrow = _draw_frame(L, title, ident)
-    _draw_axis(g, L)
-    _draw_spans(g, L)
-    _draw_interrupts(g, L)
-    _draw_writes(g, L, arrow, doorbell)
-    _draw_legend(g, L)
+    L = _layout(tr, title, width, marked or {}, doorbell)
+    labels = _Labels(L.width, L.height)
+    svg, g, arrow = _draw_frame(L, title, ident, labels)
+    _draw_axis(g, L, labels)
+    _draw_legend(g, L, labels)
+    _draw_writes(g, L, arrow, doorbell, labels)
+    _draw_spans(g, L, labels)
+    _draw_interrupts(g, L, labels)
     return ET.tostring(svg, encoding="unicode")
 
 
-def _layout(tr: Trace, title: str, width: int) -> _Layout:
+def _queue_label(w: Write, doorbell: int, disables: set) -> str:
+    return (f"{w.val}" if w.off == doorbell else f"{w.reg}={w.val}" if w.seq in disables
+            else w.reg)
+
+
+def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _Layout:
     """Lay out the trace's complete writes and what happened around them;
     TraceError if none is complete or their times are out of order."""
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
@@ -873,7 +1159,8 @@ def _layout(tr: Trace, title: str, width: int) -> _Layout:
     t0 = min([w.post for w in writes] + [s.start for s in spans] + marks)
     t1 = max([w.arrive for w in writes] + [s.end for s in spans] + marks)
     span_ns = max(t1 - t0, 1000)
-    left, right = 118, 24
+    narrow = width < NARROW
+    left, right = (78 if narrow else 118), (12 if narrow else 24)
     plot_w = width - left - right
     pad = span_ns * 0.03
     lo_ns, hi_ns = t0 - pad, t1 + pad
@@ -881,12 +1168,34 @@ def _layout(tr: Trace, title: str, width: int) -> _Layout:
     def x(t):
         return left + (t - lo_ns) / (hi_ns - lo_ns) * plot_w
 
-    # Lanes and sub-rows.
-    q_rows, q_n = {}, {}
+    disables = {r.disabled.seq for r in rets}
+    keep = set(marked)
+
+    def qlabel_w(w):
+        text = marked[w.seq][0] if w.seq in marked else _queue_label(w, doorbell, disables)
+        return text_width(text, 11, mono=True) + 8
+
+    # Lanes and sub-rows: a stalled queue is one group, one row.
+    q_rows, q_n, q_groups, q_group_of = {}, {}, [], {}
     for c in cpus:
-        ws = [w for w in writes if w.cpu == c]
-        rows, n = _rows([(x(w.post) - 2, x(w.drain) + 40) for w in ws])
-        q_rows.update({w.seq: r for w, r in zip(ws, rows)})
+        items = _fold([w for w in writes if w.cpu == c], lambda w: w.post, lambda w: w.drain,
+                      keep, "queue")
+        spans_x = []
+        for it in items:
+            if isinstance(it, _Group):
+                spans_x.append((x(it.lo) - text_width(f"{len(it.writes)} queued", 11) - 8,
+                                x(it.hi) + 4))
+            else:
+                spans_x.append((x(it.post) - qlabel_w(it), x(it.drain) + 4))
+        rows, n = _rows(spans_x)
+        for it, r in zip(items, rows):
+            if isinstance(it, _Group):
+                q_groups.append(it)
+                for w in it.writes:
+                    q_rows[w.seq] = r
+                    q_group_of[w.seq] = it
+            else:
+                q_rows[it.seq] = r
         q_n[c] = n
     b_order = sorted(writes, key=lambda w: (w.drain, w.seq))
     # When each write was due at the device: bridge_ns after it entered the
@@ -897,29 +1206,90 @@ def _layout(tr: Trace, title: str, width: int) -> _Layout:
     due, tail = {}, 0
     for w in b_order:
         tail = due[w.seq] = min(max(w.drain + bridge_ns, tail), w.arrive)
-    rows, b_n = _rows([(x(w.drain) - 2, x(w.arrive) + 2) for w in b_order])
-    b_rows = {w.seq: r for w, r in zip(b_order, rows)}
+    items = _fold(b_order, lambda w: w.drain, lambda w: w.arrive, keep, "bridge")
+    spans_x = []
+    for it in items:
+        if isinstance(it, _Group):
+            spans_x.append((x(it.lo) - 2, x(it.hi) + 8 + text_width(
+                f"{len(it.writes)} in the bridge", 11)))
+        else:
+            extra = text_width(marked.get(it.seq, ("", "overtaken"))[1] or "", 11, bold=True) \
+                if (it.overtaken or it.seq in marked) else 0
+            spans_x.append((x(it.drain) - 2, max(x(it.arrive) + 2, x(it.drain) + extra + 6)))
+    rows, b_n = _rows(spans_x)
+    b_rows, b_groups, b_group_of = {}, [], {}
+    for it, r in zip(items, rows):
+        if isinstance(it, _Group):
+            b_groups.append(it)
+            for w in it.writes:
+                b_rows[w.seq] = r
+                b_group_of[w.seq] = it
+        else:
+            b_rows[it.seq] = r
     row_h = 15
     lanes = []                  # (key, label, sub, y_top, height)
-    y = 40 if title else 14
+    title_lines = _wrap(title, width - 24, 13 * 1.12) if title else []
+    y = 40 + 17 * (len(title_lines) - 1) if title else 14
     for c in cpus:
         h = 44 + q_n.get(c, 1) * row_h
-        lanes.append((("cpu", c), f"CPU {c}", "posted-write queue", y, h))
+        lanes.append((("cpu", c), f"CPU {c}", "queue" if narrow else "posted-write queue", y, h))
         y += h
-    h = 30 + b_n * row_h
-    lanes.append((("bridge", 0), "I/O bridge", "one FIFO, in order", y, h))
+    h = 34 + b_n * row_h
+    lanes.append((("bridge", 0), "I/O bridge" if not narrow else "Bridge",
+                  "FIFO" if narrow else "one FIFO, in order", y, h))
     y += h
     lanes.append((("device", 0), "Device", "ring card", y, 70))
     y += 70
     lane = {k: (top, hgt) for k, _, _, top, hgt in lanes}
     axis_y = y + 8
-    height = axis_y + 108 + (13 if irqs or rets else 0)
+    caption_lines = len(_wrap(_axis_caption(t0), width - 20, 10.5))
+    legend_y = axis_y + 34 + 13 * caption_lines
+    legend = _legend(cpus, bool(irqs or rets), bool(marked), width, narrow)
+    height = legend_y + 16 * len(legend[0]) + 13 * len(legend[1]) + 14
+    L = _Layout(writes, spans, irqs, rets, cpus, t0, lo_ns, hi_ns, left, right, width, q_rows,
+                b_rows, q_groups, b_groups, q_group_of, b_group_of, due, row_h, lanes, lane,
+                axis_y, legend, legend_y, height, narrow, marked, title_lines)
+    return L
 
-    return _Layout(writes, spans, irqs, rets, cpus, t0, lo_ns, hi_ns, left, right, width, q_rows,
-                   b_rows, due, row_h, lanes, lane, axis_y, height)
+
+def _axis_caption(t0: int) -> str:
+    return f"time since the first event shown, \u00b5s (the fabric's clock; t0 = {t0} ns)"
 
 
-def _draw_frame(L: _Layout, title: str, ident: str):
+def _legend(cpus, irqs: bool, marked: bool, width: int, narrow: bool):
+    """The legend's swatches, in rows that fit the width, and its notes, wrapped."""
+    items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
+    items += [(GREY, "other register write"),
+              (RED, "overtaken / stale / late" if irqs else "overtaken / stale")]
+    if marked:
+        items.append((HIGHLIGHT, "the writes the finding names"))
+    x0 = 10
+    rows, row, lx = [], [], x0
+    for colour, text in items:
+        w = 27 + text_width(text, 10.5) + 10
+        if row and lx + w > width - 10:
+            rows.append(row)
+            row, lx = [], x0
+        row.append((colour, text, lx))
+        lx += w
+    if row:
+        rows.append(row)
+    note = ("Each write: a dot when its CPU posts it, a bar while it waits in its CPU's queue, "
+            "a bar while it crosses the bridge (dotted once it is due at the device, until the "
+            "fabric delivers it), a dot when it arrives. A doorbell's number is the producer "
+            "index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), readl() "
+            "round trips. Writes that wait together (a stalled queue, a burst in the bridge) "
+            "are one grey bar, with how many; hover for what they were.")
+    if irqs:
+        note += (" Triangles: the card's interrupt handler starts on that CPU (late: after the "
+                 "call that disabled it had returned, dashed line).")
+    return rows, _wrap(note, width - 20, 10.5)
+
+
+HIGHLIGHT = "#ffcc33"
+
+
+def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
     """The svg element, its title, description, style and arrow heads, the
     lanes' backgrounds and labels: (svg, the group to draw in, arrow(colour))."""
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "mmiosim-timeline",
@@ -928,10 +1298,13 @@ def _draw_frame(L: _Layout, title: str, ident: str):
                              "aria-labelledby": f"{ident}-title {ident}-desc"})
     n_over = sum(w.overtaken for w in L.writes)
     n_stale = sum(w.stale for w in L.writes)
+    folded = sum(len(g.writes) for g in L.q_groups + L.b_groups)
     desc = (f"{len(L.writes)} writes traced on CPUs {', '.join(map(str, L.cpus))}, from post to "
             f"arrival; {n_over} overtaken in the bridge, {n_stale} stale doorbells; "
             f"{sum(s.kind == 'mmiowb' for s in L.spans)} mmiowb() waits, "
-            f"{sum(s.kind == 'read' for s in L.spans)} reads.")
+            f"{sum(s.kind == 'read' for s in L.spans)} reads."
+            + (f" {len(L.q_groups)} stalled queues and {len(L.b_groups)} bursts in the bridge "
+               "are drawn as one bar each." if folded else ""))
     _el(svg, "title", title or "Recorded mmiosim trace", id=f"{ident}-title")
     _el(svg, "desc", desc, id=f"{ident}-desc")
     _el(svg, "style",
@@ -951,20 +1324,24 @@ def _draw_frame(L: _Layout, title: str, ident: str):
     def arrow(colour):
         return f"url(#{ident}-arr{palette.index(colour)})"
     _el(g, "rect", x=0, y=0, width=L.width, height=L.height, fill="white")
-    if title:
-        _el(g, "text", title, x=12, y=22, class_="ttl")
+    for i, line in enumerate(L.title_lines):
+        labels.place(g, line, [(12, 22 + 17 * i, "start")], 13, bold=True, cls="ttl",
+                     required=True)
     for i, (key, label, sub, top, hgt) in enumerate(L.lanes):
         if i % 2 == 0:
             _el(g, "rect", x=0, y=top, width=L.width, height=hgt, fill="#f7f7f7")
         colour = CPU_COLOURS[key[1] % 4] if key[0] == "cpu" else "#222"
-        _el(g, "text", label, x=10, y=top + 20, class_="row", style=f"fill:{colour}")
-        _el(g, "text", sub, x=10, y=top + 34, class_="sub")
+        labels.place(g, label, [(8, top + 20, "start")], 13, bold=True, cls="row",
+                     style=f"fill:{colour}", required=True)
+        labels.place(g, sub, [(8, top + 34, "start")], 10.5, cls="sub", required=True)
     return svg, g, arrow
 
 
-def _draw_axis(g: ET.Element, L: _Layout) -> None:
-    # Time axis, in microseconds from the first event shown.
-    step_us = _nice_step((L.hi_ns - L.lo_ns) / 1000)
+def _draw_axis(g: ET.Element, L: _Layout, labels: _Labels) -> None:
+    # Time axis, in microseconds from the first event shown; ticks far enough
+    # apart for their numbers.
+    plot_w = L.width - L.left - L.right
+    step_us = _nice_step((L.hi_ns - L.lo_ns) / 1000, target=max(2, int(plot_w // 80)))
     _el(g, "line", x1=L.left, y1=L.axis_y, x2=L.width - L.right, y2=L.axis_y, stroke="#888")
     k = 0
     while True:
@@ -974,14 +1351,15 @@ def _draw_axis(g: ET.Element, L: _Layout) -> None:
             break
         _el(g, "line", x1=_f(tx), y1=L.lanes[0][3], x2=_f(tx), y2=L.axis_y, stroke="#e3e3e3")
         _el(g, "line", x1=_f(tx), y1=L.axis_y, x2=_f(tx), y2=L.axis_y + 5, stroke="#888")
-        _el(g, "text", f"{t_us:g}", x=_f(tx), y=L.axis_y + 17, text_anchor="middle")
+        labels.place(g, f"{t_us:g}", [(tx, L.axis_y + 17, "middle"),
+                                      (L.width - 2, L.axis_y + 17, "end")])
         k += 1
-    _el(g, "text", "time since the first event shown, \u00b5s (the fabric's clock; "
-        f"t0 = {L.t0} ns)", x=L.width - L.right, y=L.axis_y + 31, text_anchor="end", class_="sub")
+    for i, line in enumerate(_wrap(_axis_caption(L.t0), L.width - 20, 10.5)):
+        labels.place(g, line, [(L.width - 10, L.axis_y + 31 + 13 * i, "end")], 10.5,
+                     cls="sub", required=True)
 
 
-
-def _draw_spans(g: ET.Element, L: _Layout) -> None:
+def _draw_spans(g: ET.Element, L: _Layout, labels: _Labels) -> None:
     # mmiowb() waits and reads on their CPU's lane.
     for s in L.spans:
         top, hgt = L.lane[("cpu", s.cpu)]
@@ -990,18 +1368,17 @@ def _draw_spans(g: ET.Element, L: _Layout) -> None:
         yb = top + hgt - 16
         cls = "mmiosim-mmiowb" if s.kind == "mmiowb" else "mmiosim-read"
         label = "mmiowb()" if s.kind == "mmiowb" else "readl()"
-        inside = x1 - x0 >= 5.6 * len(label) + 6
-        lx, anchor = ((x0 + x1) / 2, "middle") if inside else (x1 + 3, "start")
         item = _el(g, "g", class_=cls)
         _el(item, "title", f"{s.detail} (trace line {s.lineno})")
         _el(item, "rect", x=_f(x0), y=yb, width=_f(x1 - x0), height=11, rx=2, fill="white",
             stroke=colour, stroke_dasharray="3 2" if s.kind == "mmiowb" else "none")
-        _el(item, "text", label, x=_f(lx), y=yb + 9, text_anchor=anchor, class_="code",
-            style=f"font-size:9px;fill:{colour}")
+        labels.place(item, label, [((x0 + x1) / 2, yb + 9, "middle"), (x1 + 3, yb + 9, "start"),
+                                   (x0 - 3, yb + 9, "end")], 9, mono=True, cls="code",
+                     style=f"font-size:9px;fill:{colour}",
+                     region=(0, top, L.width, top + hgt))
 
 
-
-def _draw_interrupts(g: ET.Element, L: _Layout) -> None:
+def _draw_interrupts(g: ET.Element, L: _Layout, labels: _Labels) -> None:
     # Interrupt handlers (a triangle where one starts) and the return of the
     # call that disabled the card's interrupts (a line across its CPU's lane).
     for r in L.rets:
@@ -1013,9 +1390,12 @@ def _draw_interrupts(g: ET.Element, L: _Layout) -> None:
             f"{r.disabled.seq}; trace line {r.lineno})")
         _el(item, "line", x1=_f(xr), y1=top + 2, x2=_f(xr), y2=top + hgt - 2, stroke=colour,
             stroke_width="1.5", stroke_dasharray="4 2")
-        _el(item, "text", f"{r.call} returns", x=_f(xr + 3), y=top + 11, class_="code",
-            style=f"font-size:9.5px;fill:{colour}")
-    for q in L.irqs:
+        labels.place(item, f"{r.call} returns", [(xr + 3, top + 11, "start"),
+                                                 (xr - 3, top + 11, "end")], 9.5, mono=True,
+                     cls="code", style=f"font-size:9.5px;fill:{colour}",
+                     region=(0, top, L.width, top + hgt))
+    # The late ones first: their labels are the ones that must not be left out.
+    for q in sorted(L.irqs, key=lambda q: not q.late):
         top, hgt = L.lane[("cpu", q.cpu)]
         xq = L.x(q.ts)
         colour = RED if q.late else CPU_COLOURS[q.cpu % 4]
@@ -1027,31 +1407,47 @@ def _draw_interrupts(g: ET.Element, L: _Layout) -> None:
             f"(trace line {q.lineno})")
         _el(item, "path", d=f"M{_f(xq - 5)},{top + 3} L{_f(xq + 5)},{top + 3} L{_f(xq)},{top + 12} z",
             fill=colour)
-        _el(item, "text", label, x=_f(xq), y=top + 23, text_anchor="middle", class_="code",
-            style=f"font-size:9.5px;fill:{colour}" + (";font-weight:bold" if q.late else ""))
+        labels.place(item, label, [(xq, top + 23, "middle"), (xq + 6, top + 11, "start"),
+                                   (xq - 6, top + 11, "end")], 9.5, mono=True, bold=q.late,
+                     cls="code", style=f"font-size:9.5px;fill:{colour}"
+                     + (";font-weight:bold" if q.late else ""),
+                     region=(0, top, L.width, top + hgt))
 
 
-
-def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int) -> None:
+def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Labels) -> None:
     dev_top, dev_h = L.lane[("device", 0)]
     b_top, b_h = L.lane[("bridge", 0)]
-    label_slots = []
+    dev_region = (0, dev_top, L.width, dev_top + dev_h)
+    dy = dev_top + 16
     # The interrupt disables whose call returned (and those a late interrupt followed).
     disables = {r.disabled.seq for r in L.rets}
     too_late = {r.disabled.seq for r in L.rets if any(q.late and q.lineno > r.lineno for q in L.irqs)
                 or r.disabled.arrive is None or r.disabled.arrive > r.ts}
-    for w in L.writes:
+
+    def qy(w):
+        top, _ = L.lane[("cpu", w.cpu)]
+        return top + 26 + L.q_rows[w.seq] * L.row_h
+
+    def by(w):
+        return b_top + 24 + L.b_rows[w.seq] * L.row_h
+
+    # The finding's writes first (their labels are placed before any other),
+    # then the rest in order.
+    order = sorted(L.writes, key=lambda w: (w.seq not in L.marked, w.seq))
+    for w in order:
         is_db = w.off == doorbell
         is_off = w.seq in disables
         colour = CPU_COLOURS[w.cpu % 4] if is_db or is_off else GREY
         hot = RED if (w.overtaken or w.stale or w.seq in too_late) else colour
         top, hgt = L.lane[("cpu", w.cpu)]
-        qy = top + 26 + L.q_rows[w.seq] * L.row_h
-        by = b_top + 20 + L.b_rows[w.seq] * L.row_h
+        qg, bg = L.q_group_of.get(w.seq), L.b_group_of.get(w.seq)
+        wy, wb = qy(w), by(w)
         xp, xd, xa = L.x(w.post), L.x(w.drain), L.x(w.arrive)
-        reg = ring().name(w.off)
+        reg = w.reg
+        mark = L.marked.get(w.seq)
         classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
-            (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "")
+            (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "") + \
+            (" marked" if mark else "") + (" folded" if qg or bg else "")
         late = w.post_ts - w.post > 1000
         tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
                f"posted at +{(w.post - L.t0) / 1000:.2f} \u00b5s"
@@ -1063,72 +1459,120 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int) -> None:
                + f", arrives at +{(w.arrive - L.t0) / 1000:.2f} \u00b5s"
                + (" after a later doorbell (stale)" if w.stale else ""))
         item = _el(g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
-                data_off=f"{w.off:#x}", data_val=w.val)
+                   data_off=f"{w.off:#x}", data_val=w.val)
         _el(item, "title", tip)
         thick, thin = ("3", "1.6") if is_db else ("1.5", "1")
-        # queued on its CPU: post -> drain
-        _el(item, "circle", cx=_f(xp), cy=qy, r="3.5" if is_db else "2.5", fill=colour)
-        _el(item, "line", x1=_f(xp), y1=qy, x2=_f(xd), y2=qy, stroke=colour, stroke_width=thick,
-            stroke_opacity="0.55")
-        label = f"{w.val}" if is_db else f"{reg}={w.val}" if is_off else reg
-        _el(item, "text", label, x=_f(xp - 5), y=qy + 4, text_anchor="end", class_="code",
-            style=f"fill:{colour}")
-        # into the bridge
-        _el(item, "line", x1=_f(xd), y1=qy, x2=_f(xd), y2=by, stroke=hot, stroke_width=thin,
-            marker_end=arrow(hot))
-        # in the bridge: drain -> due (solid), due -> delivered (dotted)
         xu = L.x(L.due[w.seq])
-        _el(item, "line", x1=_f(xd), y1=by, x2=_f(xu), y2=by, stroke=hot, stroke_width=thick,
-            stroke_opacity="0.55")
-        if xa - xu > 1:
-            _el(item, "line", x1=_f(xu), y1=by, x2=_f(xa), y2=by, stroke=hot, stroke_width=thin,
-                stroke_dasharray="2 3")
-        if w.overtaken:
-            _el(item, "text", "overtaken", x=_f(xd + 4), y=by - 3,
-                style=f"fill:{RED};font-weight:bold")
+        dev_y = dy
+        if mark:
+            # A halo under the whole path of a write the finding names.
+            _el(item, "path", d=f"M{_f(xp)},{wy} L{_f(xd)},{wy} L{_f(xd)},{wb} L{_f(xa)},{wb} "
+                f"L{_f(xa)},{dev_y}", fill="none", stroke=HIGHLIGHT, stroke_width="9",
+                stroke_opacity="0.6", stroke_linejoin="round", stroke_linecap="round")
+        # queued on its CPU: post -> drain (a group draws one bar for all)
+        _el(item, "circle", cx=_f(xp), cy=wy, r=("3.5" if is_db else "2.5") if not qg else "1.5",
+            fill=colour)
+        if not qg:
+            _el(item, "line", x1=_f(xp), y1=wy, x2=_f(xd), y2=wy, stroke=colour,
+                stroke_width=thick, stroke_opacity="0.55")
+            text = mark[0] if mark else _queue_label(w, doorbell, disables)
+            bold = ";font-weight:bold" if mark else ""
+            labels.place(item, text, [(xp - 5, wy + 4, "end"), (xd + 5, wy + 4, "start"),
+                                      (xp, wy - 5, "start")], 11, mono=True, bold=bool(mark),
+                         cls="code", style=f"fill:{colour}{bold}",
+                         region=(0, top + 14, L.width, top + hgt))
+        # into the bridge
+        _el(item, "line", x1=_f(xd), y1=wy, x2=_f(xd), y2=wb, stroke=hot,
+            stroke_width=thin if not (qg or bg) else "0.8",
+            **({} if (qg or bg) else {"marker_end": arrow(hot)}))
+        # in the bridge: drain -> due (solid), due -> delivered (dotted)
+        if not bg:
+            _el(item, "line", x1=_f(xd), y1=wb, x2=_f(xu), y2=wb, stroke=hot, stroke_width=thick,
+                stroke_opacity="0.55")
+            if xa - xu > 1:
+                _el(item, "line", x1=_f(xu), y1=wb, x2=_f(xa), y2=wb, stroke=hot,
+                    stroke_width=thin, stroke_dasharray="2 3")
+            btext = mark[1] if mark and mark[1] else "overtaken" if w.overtaken else ""
+            if btext:
+                # Beside where it entered the bridge, else anywhere above or
+                # below its bar (a phone's picture has little room).
+                labels.place(item, btext, [(xd + 4, wb - 4, "start"), (xd - 4, wb - 4, "end"),
+                                           (xa + 4, wb + 4, "start"),
+                                           (L.width - 4, wb - 4, "end"),
+                                           (xd + 4, wb + 13, "start"), (xd - 4, wb + 13, "end"),
+                                           (L.width - 4, wb + 13, "end")], 11, bold=True,
+                             style=f"fill:{RED if w.overtaken else colour};font-weight:bold",
+                             region=(0, b_top + 2, L.width, b_top + b_h))
         # to the device
-        dy = dev_top + 16
-        _el(item, "line", x1=_f(xa), y1=by, x2=_f(xa), y2=dy - 5, stroke=hot, stroke_width=thin,
-            marker_end=arrow(hot))
-        _el(item, "circle", cx=_f(xa), cy=dy, r="5" if is_db else "3", fill=hot, stroke="white")
-        if is_db or is_off:
+        _el(item, "line", x1=_f(xa), y1=wb, x2=_f(xa), y2=dev_y - 5, stroke=hot,
+            stroke_width=thin if not bg else "0.8",
+            **({} if bg else {"marker_end": arrow(hot)}))
+        _el(item, "circle", cx=_f(xa), cy=dev_y, r=("5" if is_db else "3") if not bg else "2.5",
+            fill=hot, stroke="white")
+        if (is_db or is_off) and not bg:
             txt = f"sees {w.val}" + (" (stale)" if w.stale else "") if is_db else \
                 "interrupts off" + (" (too late)" if w.seq in too_late else "")
-            half = 3.4 * len(txt)
-            cx = min(max(xa, L.left + half), L.width - 4 - half)
-            slot = 0
-            while any(r == slot and abs(c - cx) < h + half + 4 for c, h, r in label_slots):
-                slot += 1
-            label_slots.append((cx, half, slot))
-            bold = ";font-weight:bold" if w.stale or w.seq in too_late else ""
-            _el(item, "text", txt, x=_f(cx), y=dy + 18 + slot * 13, text_anchor="middle",
-                class_="code", style=f"fill:{hot}{bold}")
+            bold = w.stale or w.seq in too_late
+            labels.place(item, txt, [(xa, dev_y + 18 + 13 * k, a) for k in range(3)
+                                     for a in ("middle", "start", "end")], 11, mono=True,
+                         bold=bold, cls="code",
+                         style=f"fill:{hot}" + (";font-weight:bold" if bold else ""),
+                         region=dev_region)
+    _draw_groups(g, L, labels, doorbell, qy, by)
 
 
+def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int, qy, by) -> None:
+    """One bar, one label for each run of writes that waited together."""
+    dev_top, dev_h = L.lane[("device", 0)]
+    b_top, b_h = L.lane[("bridge", 0)]
+    for grp in L.q_groups + L.b_groups:
+        ws = grp.writes
+        bad = any(w.overtaken or w.stale for w in ws)
+        colour = RED if bad else GREY
+        y = qy(grp.first) if grp.where == "queue" else by(grp.first)
+        x0, x1 = L.x(grp.lo), max(L.x(grp.hi), L.x(grp.lo) + 3)
+        item = _el(g, "g", class_=f"mmiosim-group {grp.where}", data_count=len(ws),
+                   data_seqs=f"{ws[0].seq}-{ws[-1].seq}")
+        _el(item, "title", grp.title())
+        _el(item, "rect", x=_f(x0), y=y - 4, width=_f(x1 - x0), height=8, rx=3,
+            fill=colour, fill_opacity="0.25", stroke=colour, stroke_width="1")
+        if grp.where == "queue":
+            top, hgt = L.lane[("cpu", grp.first.cpu)]
+            labels.place(item, f"{len(ws)} queued", [(x0 - 5, y + 4, "end"),
+                                                     (x1 + 5, y + 4, "start")], 11,
+                         style=f"fill:{CPU_COLOURS[grp.first.cpu % 4]}",
+                         region=(0, top + 14, L.width, top + hgt))
+            continue
+        labels.place(item, f"{len(ws)} in the bridge", [(x1 + 5, y + 4, "start"),
+                                                        (x0 - 5, y + 4, "end")], 11,
+                     style=f"fill:{colour}", region=(0, b_top + 12, L.width, b_top + b_h))
+        dbs = [w for w in ws if w.off == doorbell]
+        if dbs:
+            xa = sum(L.x(w.arrive) for w in dbs) / len(dbs)
+            stale = sum(w.stale for w in dbs)
+            txt = (f"sees {dbs[0].val}\u2026{dbs[-1].val}" if len(dbs) > 1 else
+                   f"sees {dbs[0].val}") + (f" ({stale} stale)" if stale else "")
+            labels.place(item, txt, [(xa, dev_top + 34 + 13 * k, a) for k in range(3)
+                                     for a in ("middle", "start", "end")], 11, mono=True,
+                         cls="code", style=f"fill:{colour}",
+                         region=(0, dev_top, L.width, dev_top + dev_h))
 
-def _draw_legend(g: ET.Element, L: _Layout) -> None:
-    # Legend.
-    ly = L.axis_y + 50
-    lx = L.left
-    items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in L.cpus]
-    items += [(GREY, "other register write"),
-              (RED, "overtaken / stale / late" if L.irqs else "overtaken / stale")]
-    for colour, text in items:
-        _el(g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
-            stroke_width="3", stroke_opacity="0.7")
-        _el(g, "text", text, x=lx + 27, y=ly, class_="sub")
-        lx += 35 + 6.2 * len(text)
-    notes = ["Each write: a dot when its CPU posts it, a bar while it waits in its CPU's queue, "
-             "a bar while it crosses the bridge",
-             "(dotted once it is due at the device, until the fabric delivers it), a dot when it "
-             "arrives. A doorbell's number is the",
-             "producer index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), "
-             "readl() round trips."]
-    if L.irqs or L.rets:
-        notes.append("Triangles: the card's interrupt handler starts on that CPU (late: after "
-                     "the call that disabled it had returned, dashed line).")
+
+def _draw_legend(g: ET.Element, L: _Layout, labels: _Labels) -> None:
+    ly = L.legend_y
+    rows, notes = L.legend
+    for row in rows:
+        for colour, text, lx in row:
+            if colour == HIGHLIGHT:
+                _el(g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
+                    stroke_width="9", stroke_opacity="0.6")
+            else:
+                _el(g, "line", x1=lx, y1=ly - 4, x2=lx + 22, y2=ly - 4, stroke=colour,
+                    stroke_width="3", stroke_opacity="0.7")
+            labels.place(g, text, [(lx + 27, ly, "start")], 10.5, cls="sub", required=True)
+        ly += 16
     for i, note in enumerate(notes):
-        _el(g, "text", note, x=L.left, y=ly + 18 + 13 * i, class_="sub")
+        labels.place(g, note, [(10, ly + 2 + 13 * i, "start")], 10.5, cls="sub", required=True)
 
 
 # ------------------------------------------------------------- recordings on the wire

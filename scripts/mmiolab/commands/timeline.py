@@ -46,6 +46,9 @@ def draw(args: argparse.Namespace, cfg: Config) -> int:
     print(f"{'Found' if d.finding.failure else 'No stale doorbell or late interrupt; shows'}: "
           f"{d.finding.text}.")
     print(f"The whole run: {d.summary}.")
+    if d.words:
+        print("What the picture shows first:")
+        print("\n".join(f"  {s}" for s in d.words))
     body = [ln for ln in d.excerpt.splitlines() if not ln.startswith("# ") or "TASK-PID" in ln]
     print(f"The trace around it ({explore._head(d.excerpt, 'excerpt')}):")
     print("\n".join(body))

@@ -1,0 +1,178 @@
+"""The student's race picture (issue 37), laid out by headless Chromium.
+
+race.html (beside every failing report, and from `make -C labs/LAB timeline`)
+and the docs' recorded figures are drawn by scripts/mmiolab/timeline.py. For
+every real recording stored under tests/data/traces/ (guest runs of the labs'
+starters and wrong fixes, as vm/record sent them) and for the docs' figures:
+
+- at widths from a phone's (390 px) to a desktop's (1280 px), with the page
+  as it opens and with every <details> opened, no two text labels of a
+  picture overlap and none lies outside its picture, measured on the boxes
+  Chromium lays out (tests/svgcheck.py), and the page itself never scrolls
+  sideways (the whole excerpt scrolls in its own box);
+- the first screen shows the failure: the writes the "Found:" sentence
+  names are highlighted and labelled with its words, inside the first
+  900 px (1280 px wide) or 844 px (a phone);
+- runs of writes that wait together are folded into one labelled bar;
+- the picture keeps its title and description, and the page says it in
+  words.
+
+Screenshots are left in build/test-race-picture/. Needs Debian's chromium
+and the lab kernel's tree (for the card's register names); boots no guest.
+"""
+
+import glob
+import gzip
+import os
+import re
+import shutil
+import unittest
+
+from mmiolab import BUILD, timeline
+
+import svgcheck
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TRACES = os.path.join(HERE, "data", "traces")
+FIGURES = os.path.join(ROOT, "Documentation", "figures")
+OUT = os.path.join(BUILD, "test-race-picture")
+WIDTHS = (390, 768, 1000, 1280)
+# The first screen: (width, height) of a phone and a desktop.
+SCREENS = ((390, 844), (1280, 900))
+
+
+def recordings():
+    """The stored recordings: name -> trace text."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(TRACES, "*.txt.gz"))):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            out[os.path.basename(path)[:-len(".txt.gz")]] = f.read()
+    return out
+
+
+class RacePictureTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        shutil.rmtree(OUT, ignore_errors=True)
+        os.makedirs(OUT)
+        cls.browser = None
+        try:
+            cls.browser = svgcheck.Browser()
+        except FileNotFoundError as e:
+            cls.missing = str(e)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.close()
+
+    def setUp(self):
+        if not self.browser:
+            self.fail(self.missing)
+
+    def _pages(self):
+        """name -> (path of its race.html, the Drawing)."""
+        pages = {}
+        for name, text in recordings().items():
+            d = timeline.draw(text, title=f"{name}: the first failing run, as traced")
+            path = os.path.join(OUT, f"{name}.html")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(timeline.html_page(d, name))
+            pages[name] = (path, d)
+        return pages
+
+    def _check_layout(self, path, name, page=True):
+        for width in WIDTHS:
+            for opened in (False, True):
+                with self.subTest(page=name, width=width, opened=opened):
+                    m = self.browser.measure(path, width, open_all=opened)
+                    self.assertTrue(m["svgs"], "no picture shown")
+                    for s in m["svgs"]:
+                        self.assertEqual(s["overlaps"], [], "labels set over each other")
+                        self.assertEqual(s["outside"], [], "labels outside the picture")
+                    if page:
+                        self.assertLessEqual(m["scrollWidth"], m["innerWidth"],
+                                             "the page scrolls sideways")
+
+    def test_recordings_are_stored(self):
+        # Every lab's starter, and each kind of finding a failing run gives.
+        names = recordings()
+        for lab in ("doorbell", "posting", "modern"):
+            self.assertIn(f"{lab}-starter", names)
+        kinds = {timeline.draw(t).finding.kind for t in names.values()}
+        self.assertLessEqual({"stale-doorbell", "late-interrupt", "early-return"}, kinds)
+
+    def test_reports_lay_out_cleanly_at_every_width(self):
+        for name, (path, d) in self._pages().items():
+            self.assertTrue(d.finding and d.finding.marked, f"{name}: nothing found")
+            self._check_layout(path, name)
+
+    def test_first_screen_shows_the_finding(self):
+        for name, (path, d) in self._pages().items():
+            want = {w for labels in d.finding.marked.values() for w in labels if w}
+            for width, height in SCREENS:
+                with self.subTest(page=name, width=width):
+                    self.browser.open(path, width, height)
+                    got = self.browser.eval(
+                        "Array.from(document.querySelectorAll('svg g.marked text'))"
+                        ".filter(t => t.checkVisibility()).map(t => {"
+                        " const b = t.getBoundingClientRect();"
+                        f" return [t.textContent, b.bottom <= {height} && b.top >= 0]; }})")
+                    shown = {t for t, on_screen in got if on_screen}
+                    self.assertEqual(want - shown, set(),
+                                     "the finding's labels are not on the first screen")
+                    # Named as the sentence names them: by their seq=.
+                    for seq in d.finding.marked:
+                        self.assertIn(f"seq={seq}", d.finding.text)
+                        self.assertTrue(any(f"seq={seq}" in t for t in shown), seq)
+                    if d.finding.kind == "late-interrupt":
+                        self.assertTrue(self.browser.eval(
+                            "Array.from(document.querySelectorAll('svg g.mmiosim-irq.late text'))"
+                            ".some(t => t.checkVisibility() && t.textContent === 'late IRQ')"),
+                            "the late interrupt is not labelled")
+                    self.browser.screenshot(path, width, os.path.join(
+                        OUT, f"{name}-{width}.png"), height)
+
+    def test_repeated_rows_are_folded(self):
+        path, d = self._pages()["stalled-doorbell"]
+        groups = re.findall(r'class="mmiosim-group (queue|bridge)" data-count="(\d+)"', d.svg)
+        self.assertTrue(any(int(n) >= timeline.FOLD_MIN for _, n in groups))
+        self.assertIn("queue", {g for g, _ in groups})
+        # Every write is still drawn (a dot each), inside one bar or on its own.
+        self.assertEqual(d.svg.count('<g class="mmiosim-write'), d.excerpt_writes)
+        self.assertLess(d.focus_writes, d.excerpt_writes)
+
+    def test_it_is_said_in_words(self):
+        for name, (path, d) in self._pages().items():
+            for svg in (d.svg, d.focus_svg, d.focus_narrow_svg):
+                self.assertRegex(svg, r"<title id=\"[^\"]+-title\">[^<]+</title><desc id=")
+            self.assertEqual(len([s for s in d.words if s.startswith("[the finding]")]),
+                             len(d.finding.marked), name)
+            with open(path, encoding="utf-8") as f:
+                page = f.read()
+            self.assertIn("The picture in words", page)
+            said = "Found" if d.finding.failure else "Shows"
+            self.assertIn(f"<b>{said}:</b> {d.finding.text}", page.replace("&#x27;", "'"))
+
+    def test_docs_figures_lay_out_cleanly(self):
+        # The recorded figures, drawn as Documentation/sphinx/tracefig.py draws
+        # them (960 px, scaled to the column), and the hand-drawn ones.
+        for trace in sorted(glob.glob(os.path.join(FIGURES, "*-trace.txt"))):
+            name = os.path.basename(trace)[:-4]
+            with open(trace, encoding="utf-8") as f:
+                svg = timeline.render_svg(timeline.parse(f.read()), title=name, ident=name)
+            path = os.path.join(OUT, f"docs-{name}.html")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("<!DOCTYPE html><html><head><meta charset='utf-8'><meta name='viewport'"
+                        " content='width=device-width'><style>svg{max-width:100%;height:auto}"
+                        f"</style></head><body>{svg}</body></html>")
+            self._check_layout(path, name)
+        # (Opened alone at its own size: the docs scale it to their column.)
+        for fig in sorted(glob.glob(os.path.join(FIGURES, "*.svg"))):
+            self._check_layout(fig, os.path.basename(fig), page=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
