@@ -219,6 +219,12 @@ def qemu_command(cfg: VMConfig, accel: str, initrd: str, append: list[str]) -> l
     return cmd
 
 
+def qemu_value(text: str) -> str:
+    """text as the value of a QEMU option (path=..., logfile=...): QEMU's option
+    parser ends a value at a comma, and reads a doubled comma as one."""
+    return text.replace(",", ",,")
+
+
 def run(command: str, files: dict[str, str | bytes] | None = None,
         cfg: VMConfig | None = None, log_dir: str | None = None,
         accel: str | None = None) -> RunResult:
@@ -401,8 +407,7 @@ def _batch_command(cfg: VMConfig, accel: str, initrd: str, append: list[str], lo
         cmd += ["-monitor", f"unix:{cfg.monitor},server,nowait"]
     cmd += ["-display", "none",
             "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
-            # QEMU option values escape a comma by doubling it
-            "-chardev", f"file,id=ch,path={channel_path.replace(',', ',,')}",
+            "-chardev", f"file,id=ch,path={qemu_value(channel_path)}",
             "-serial", "chardev:ch"]
     with open(os.path.join(log_dir, "qemu.cmd"), "w") as f:
         f.write(shlex.join(cmd) + "\n")
@@ -611,11 +616,10 @@ def interactive(cfg: VMConfig | None = None, files: dict[str, str | bytes] | Non
     initrd = _overlaid(cfg.initrd, files, os.path.join(log_dir, "initrd.img")) if files \
         else cfg.initrd
     cmd = qemu_command(cfg, accel, initrd, cfg.append)
-    # QEMU option values escape a comma by doubling it
     cmd += ["-nographic",
-            "-chardev", f"stdio,id=con,mux=on,signal=off,logfile={log.replace(',', ',,')}",
+            "-chardev", f"stdio,id=con,mux=on,signal=off,logfile={qemu_value(log)}",
             "-serial", "chardev:con",
-            "-chardev", f"file,id=ch,path={channel.replace(',', ',,')}", "-serial", "chardev:ch",
+            "-chardev", f"file,id=ch,path={qemu_value(channel)}", "-serial", "chardev:ch",
             "-mon", "chardev=con,mode=readline"]
     print(f"mmiolab: booting the lab VM ({accel.upper()}, {cfg.smp} CPUs); "
           f"leave with Ctrl-A X; console log in {log}", flush=True)
