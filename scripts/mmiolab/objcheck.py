@@ -728,7 +728,9 @@ _USER_COPY = re.compile(r"copy_(?:from|to|in)_user|(?:get|put|clear)_user|copy_u
                         r"(?:from|to)_user_ptr|_from_user|_to_user")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _ADDRESS_OF = re.compile(r"&[ \t]*([A-Za-z_]\w*)\b(?![ \t]*(?:->|\.|\[|\())")
-_CALL = re.compile(r"([A-Za-z_]\w*)[ \t]*\(")
+# (?<!\w): a match starts only at an identifier's start (else each position
+# inside a long identifier would scan to its end again: quadratic).
+_CALL = re.compile(r"(?<!\w)([A-Za-z_]\w*)[ \t]*\(")
 _PRINT = re.compile(r"(?:pr_\w+|printk|no_printk|trace_printk|dev_(?:emerg|alert|crit|err|warn|"
                     r"notice|info|dbg|printk)\w*|netdev_\w+)\Z")
 # What a change outside the fix may call and still be an ordinary refactor
@@ -899,14 +901,25 @@ class _Layout:
         holding the fix): named nowhere else, transitively."""
         scope = set(fix)
         new = self.funcs - starter_funcs - scope
-        grew = True
-        while grew:
-            grew = False
-            for h in sorted(new - scope):
-                users = self.named_in.get(h, set()) - {h}
-                if users and users <= scope:
-                    scope.add(h)
-                    grew = True
+        # Each new function waits for its users to join; a worklist, linear
+        # in the number of (user, function) pairs.
+        waiting: dict[str, int] = {}
+        helpers_of: dict[str, list[str]] = {}
+        for h in new:
+            users = self.named_in.get(h, set()) - {h}
+            if not users:
+                continue
+            waiting[h] = len(users - scope)
+            for u in users - scope:
+                helpers_of.setdefault(u, []).append(h)
+        work = [h for h, n in waiting.items() if n == 0]
+        while work:
+            h = work.pop()
+            scope.add(h)
+            for g in helpers_of.get(h, ()):
+                waiting[g] -= 1
+                if waiting[g] == 0:
+                    work.append(g)
         return scope
 
 
