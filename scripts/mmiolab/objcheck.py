@@ -477,7 +477,8 @@ class _Conditions:
         return None
 
     def evaluate(self, expr: str) -> bool | None:
-        toks, pos = [], 0
+        toks: list[str] = []
+        pos = 0
         expr = expr.rstrip()
         while pos < len(expr):
             m = _PP_TOKEN.match(expr, pos)
@@ -523,14 +524,15 @@ class _Conditions:
             elif op in ("/", "%") and right == 0:
                 raise _Undecided("division by zero")
             else:
-                left = {"*": lambda: left * right, "/": lambda: int(left / right),
-                        "%": lambda: left % right, "+": lambda: left + right,
-                        "-": lambda: left - right, "<<": lambda: left << min(right, 64),
-                        ">>": lambda: left >> min(right, 64), "<": lambda: int(left < right),
-                        ">": lambda: int(left > right), "<=": lambda: int(left <= right),
-                        ">=": lambda: int(left >= right), "==": lambda: int(left == right),
-                        "!=": lambda: int(left != right), "&": lambda: left & right,
-                        "^": lambda: left ^ right, "|": lambda: left | right}[op]()
+                x, y = left, right
+                left = {"*": lambda: x * y, "/": lambda: int(x / y), "%": lambda: x % y,
+                        "+": lambda: x + y, "-": lambda: x - y,
+                        "<<": lambda: x << min(max(y, 0), 64),
+                        ">>": lambda: x >> min(max(y, 0), 64), "<": lambda: int(x < y),
+                        ">": lambda: int(x > y), "<=": lambda: int(x <= y),
+                        ">=": lambda: int(x >= y), "==": lambda: int(x == y),
+                        "!=": lambda: int(x != y), "&": lambda: x & y, "^": lambda: x ^ y,
+                        "|": lambda: x | y}[op]()
         return left, i
 
     def _unary(self, t: list[str], i: int, depth: int) -> tuple[int | None, int]:
@@ -565,8 +567,8 @@ class _Conditions:
                     d = self.is_defined(name)
                     if d is None or (d and not name.startswith("CONFIG_")):
                         return None, i + 4
-                    v = self.kernel.config.get(name) if self.kernel else None
-                    return int(v in _IS_CONFIG[tok]), i + 4
+                    setting = self.kernel.config.get(name) if self.kernel else None
+                    return int(setting in _IS_CONFIG[tok]), i + 4
                 # A function-like macro: unknown, its arguments skipped.
                 depth_p, j = 0, i + 1
                 while j < len(t):
@@ -621,10 +623,10 @@ def live_code(code: str, kernel: KernelMacros | None = None
             if state is False:
                 lines[i] = ""
             elif state is None:
-                d = ln.count("{") - ln.count("}")
+                delta = ln.count("{") - ln.count("}")
                 for f in stack:
                     if f[0] is None:
-                        f[3] += d
+                        f[3] += delta
             i += 1
             continue
         first = i
@@ -633,8 +635,10 @@ def live_code(code: str, kernel: KernelMacros | None = None
             i += 1
             text = text[:-1] + " " + lines[i]
         i += 1
-        word, rest = m.group(1), _DIRECTIVE.match(text).group(2)
+        whole = _DIRECTIVE.match(text)
+        word, rest = m.group(1), whole.group(2) if whole else ""
         state = active()
+        c: bool | None
         if word in ("if", "ifdef", "ifndef"):
             if state is False:
                 stack.append([False, True, False, 0, first + 1])
@@ -642,8 +646,8 @@ def live_code(code: str, kernel: KernelMacros | None = None
             if word == "if":
                 c = cond.evaluate(rest)
             else:
-                name = re.match(r"[A-Za-z_]\w*", rest)
-                c = cond.is_defined(name.group(0)) if name else None
+                nm = re.match(r"[A-Za-z_]\w*", rest)
+                c = cond.is_defined(nm.group(0)) if nm else None
                 if word == "ifndef" and c is not None:
                     c = not c
             stack.append([c, c is True, c is None, 0, first + 1])
@@ -653,7 +657,7 @@ def live_code(code: str, kernel: KernelMacros | None = None
             outer = active()            # the branch's surroundings, not the branch
             stack.append(f)
             if f[1] or outer is False:
-                c: bool | None = False
+                c = False
             else:
                 c = True if word == "else" else cond.evaluate(rest)
                 if f[2] and c is not False:
@@ -664,15 +668,15 @@ def live_code(code: str, kernel: KernelMacros | None = None
         elif state is False:
             pass
         elif word == "define":
-            d = _DEFINE.match(rest)
-            if d:
-                body = d.group(3)
-                if d.group(2):
+            dm = _DEFINE.match(rest)
+            if dm:
+                body = dm.group(3)
+                if dm.group(2):
                     body = body.split(")", 1)[1] if ")" in body else ""
                 if body.count("{") != body.count("}") or body.count("(") != body.count(")"):
-                    flags.append(f"a macro with unbalanced braces or parentheses: {d.group(1)} "
+                    flags.append(f"a macro with unbalanced braces or parentheses: {dm.group(1)} "
                                  "(it moves code between functions)")
-                cond.define(d.group(1), None if d.group(2) else body)
+                cond.define(dm.group(1), None if dm.group(2) else body)
         elif word == "undef":
             name = re.match(r"[A-Za-z_]\w*", rest)
             if name:
