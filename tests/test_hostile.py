@@ -484,6 +484,28 @@ def says(*words):
     return check
 
 
+def flagged(*words):
+    """Flags are the instructor's (issue 33): in instructor.txt, never in the
+    student's summary or results.json."""
+    def check(t, doc, summary, out_dir):
+        with open(os.path.join(out_dir, "instructor.txt")) as f:
+            mine = f.read()
+        for w in words:
+            t.assertIn(w, mine)
+            t.assertNotIn(w, summary)
+            t.assertNotIn(w, json.dumps(doc))
+    return check
+
+
+def not_flagged(*words):
+    def check(t, doc, summary, out_dir):
+        with open(os.path.join(out_dir, "instructor.txt")) as f:
+            mine = f.read()
+        for w in words:
+            t.assertNotIn(w, mine)
+    return check
+
+
 def says_one_of(*words):
     """A check for a bomb that trips whichever limit comes first (the
     compiler's memory on 6.12, the build's time on 6.1): the summary says which."""
@@ -678,7 +700,8 @@ def corpus() -> list[Case]:
                                '\n\thook();\n',
                                head="static void noop(void) { }\n"
                                     "static void (*volatile hook)(void) = noop;\n")),
-             all_of(scores(load_unload=10), says("indirect calls", "__builtin_return_address")),
+             all_of(scores(load_unload=10), flagged("indirect calls",
+                                                    "__builtin_return_address")),
              vm=True),
         Case("the solution in a zip full of traversal, build files and junk", "graded",
              zip_of([("student/ringdrv.c", solution()), ("../../../../tmp/mmiolab-pwned", "x"),
@@ -952,16 +975,18 @@ def corpus24() -> list[Case]:
              says("constant kernel address")),
         Case("direct-map arithmetic on a kmalloc pointer: runs, flagged", "graded",
              c_file(post_adds(WALK_CASTS)),
-             says("kernel-memory walking? the new code uses integer casts of pointers"),
+             flagged("kernel-memory walking? the new code uses integer casts of pointers"),
              vm=True),
         Case("current->fs (the way to /job's page cache): runs, flagged", "graded",
              c_file(post_adds(WALK_FS, decl="#include <linux/fs_struct.h>\n"
                                             "#include <linux/sched.h>\n")),
-             says("current->fs, current->mm", "current->fs"), vm=True),
-        Case("a correct fix that prints from probe(): runs, flagged as outside the fix",
+             flagged("current->fs, current->mm", "current->fs"), vm=True),
+        Case("a correct fix that prints from probe(): runs, an ordinary refactor: no flag",
              "graded", c_file(solution_probe_adds('\tpr_info("probed\\n");\n')),
-             all_of(scores(race=race), says("changes outside the functions a fix touches",
-                                            "ringdrv_probe")), vm=True),
+             all_of(scores(race=race), not_flagged("flagged for the instructor")), vm=True),
+        Case("a correct fix that pokes a register from probe(): runs, flagged", "graded",
+             c_file(solution_probe_adds("\twritel(0, rd->regs + MMIOSIM_RING_INT_ACK);\n")),
+             flagged("changes outside the functions a fix touches", "ringdrv_probe"), vm=True),
         # -- the console and the hidden guest
         Case("a correct fix that WARNs at every load", "graded",
              c_file(solution_probe_adds("\tWARN(1, \"ringdrv: warned at load\\n\");\n")),
@@ -1042,7 +1067,8 @@ class Integrity24Test(unittest.TestCase):
         for c in self.cases:
             with self.subTest(c.label):
                 doc, _ = self.result(c.sid)
-                diff = doc["extra_data"]["mmiolab"]["diff"]
+                with open(os.path.join(self.out, c.sid, "instructor.json")) as f:
+                    diff = json.load(f)["diff"]
                 self.assertTrue(diff.startswith("--- starter/ringdrv.c\n+++ ringdrv.c\n"), diff)
 
     def test_flags_in_the_gradebook(self):

@@ -292,6 +292,11 @@ class BoundedTest(unittest.TestCase):
         r = objcheck.review(starter(), many, ("ringdrv_post",))
         self.assertGreaterEqual(len(r.functions), 6000)
         self.assertEqual(objcheck.live_code("#if 1\n{\n" * 5000 + "#endif\n" * 5000)[1], [])
+        # One long identifier: a pattern that started inside it at every
+        # position was quadratic.
+        r = objcheck.review(starter(), "a" * 200000 + "(\n", ("ringdrv_post",))
+        self.assertEqual(r.flags, ["changes outside the functions a fix touches "
+                                   "(ringdrv_post): file-scope code"])
 
 
 class ReviewTest(unittest.TestCase):

@@ -478,7 +478,8 @@ class _Conditions:
         return None
 
     def evaluate(self, expr: str) -> bool | None:
-        toks, pos = [], 0
+        toks: list[str] = []
+        pos = 0
         expr = expr.rstrip()
         while pos < len(expr):
             m = _PP_TOKEN.match(expr, pos)
@@ -524,14 +525,15 @@ class _Conditions:
             elif op in ("/", "%") and right == 0:
                 raise _Undecided("division by zero")
             else:
-                left = {"*": lambda: left * right, "/": lambda: int(left / right),
-                        "%": lambda: left % right, "+": lambda: left + right,
-                        "-": lambda: left - right, "<<": lambda: left << min(right, 64),
-                        ">>": lambda: left >> min(right, 64), "<": lambda: int(left < right),
-                        ">": lambda: int(left > right), "<=": lambda: int(left <= right),
-                        ">=": lambda: int(left >= right), "==": lambda: int(left == right),
-                        "!=": lambda: int(left != right), "&": lambda: left & right,
-                        "^": lambda: left ^ right, "|": lambda: left | right}[op]()
+                x, y = left, right
+                left = {"*": lambda: x * y, "/": lambda: int(x / y), "%": lambda: x % y,
+                        "+": lambda: x + y, "-": lambda: x - y,
+                        "<<": lambda: x << min(max(y, 0), 64),
+                        ">>": lambda: x >> min(max(y, 0), 64), "<": lambda: int(x < y),
+                        ">": lambda: int(x > y), "<=": lambda: int(x <= y),
+                        ">=": lambda: int(x >= y), "==": lambda: int(x == y),
+                        "!=": lambda: int(x != y), "&": lambda: x & y, "^": lambda: x ^ y,
+                        "|": lambda: x | y}[op]()
         return left, i
 
     def _unary(self, t: list[str], i: int, depth: int) -> tuple[int | None, int]:
@@ -566,8 +568,8 @@ class _Conditions:
                     d = self.is_defined(name)
                     if d is None or (d and not name.startswith("CONFIG_")):
                         return None, i + 4
-                    v = self.kernel.config.get(name) if self.kernel else None
-                    return int(v in _IS_CONFIG[tok]), i + 4
+                    setting = self.kernel.config.get(name) if self.kernel else None
+                    return int(setting in _IS_CONFIG[tok]), i + 4
                 # A function-like macro: unknown, its arguments skipped.
                 depth_p, j = 0, i + 1
                 while j < len(t):
@@ -622,10 +624,10 @@ def live_code(code: str, kernel: KernelMacros | None = None
             if state is False:
                 lines[i] = ""
             elif state is None:
-                d = ln.count("{") - ln.count("}")
+                delta = ln.count("{") - ln.count("}")
                 for f in stack:
                     if f[0] is None:
-                        f[3] += d
+                        f[3] += delta
             i += 1
             continue
         first = i
@@ -634,8 +636,10 @@ def live_code(code: str, kernel: KernelMacros | None = None
             i += 1
             text = text[:-1] + " " + lines[i]
         i += 1
-        word, rest = m.group(1), _DIRECTIVE.match(text).group(2)
+        whole = _DIRECTIVE.match(text)
+        word, rest = m.group(1), whole.group(2) if whole else ""
         state = active()
+        c: bool | None
         if word in ("if", "ifdef", "ifndef"):
             if state is False:
                 stack.append([False, True, False, 0, first + 1])
@@ -643,8 +647,8 @@ def live_code(code: str, kernel: KernelMacros | None = None
             if word == "if":
                 c = cond.evaluate(rest)
             else:
-                name = re.match(r"[A-Za-z_]\w*", rest)
-                c = cond.is_defined(name.group(0)) if name else None
+                nm = re.match(r"[A-Za-z_]\w*", rest)
+                c = cond.is_defined(nm.group(0)) if nm else None
                 if word == "ifndef" and c is not None:
                     c = not c
             stack.append([c, c is True, c is None, 0, first + 1])
@@ -654,7 +658,7 @@ def live_code(code: str, kernel: KernelMacros | None = None
             outer = active()            # the branch's surroundings, not the branch
             stack.append(f)
             if f[1] or outer is False:
-                c: bool | None = False
+                c = False
             else:
                 c = True if word == "else" else cond.evaluate(rest)
                 if f[2] and c is not False:
@@ -665,15 +669,15 @@ def live_code(code: str, kernel: KernelMacros | None = None
         elif state is False:
             pass
         elif word == "define":
-            d = _DEFINE.match(rest)
-            if d:
-                body = d.group(3)
-                if d.group(2):
+            dm = _DEFINE.match(rest)
+            if dm:
+                body = dm.group(3)
+                if dm.group(2):
                     body = body.split(")", 1)[1] if ")" in body else ""
                 if body.count("{") != body.count("}") or body.count("(") != body.count(")"):
-                    flags.append(f"a macro with unbalanced braces or parentheses: {d.group(1)} "
+                    flags.append(f"a macro with unbalanced braces or parentheses: {dm.group(1)} "
                                  "(it moves code between functions)")
-                cond.define(d.group(1), None if d.group(2) else body)
+                cond.define(dm.group(1), None if dm.group(2) else body)
         elif word == "undef":
             name = re.match(r"[A-Za-z_]\w*", rest)
             if name:
@@ -729,7 +733,9 @@ _USER_COPY = re.compile(r"copy_(?:from|to|in)_user|(?:get|put|clear)_user|copy_u
                         r"(?:from|to)_user_ptr|_from_user|_to_user")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _ADDRESS_OF = re.compile(r"&[ \t]*([A-Za-z_]\w*)\b(?![ \t]*(?:->|\.|\[|\())")
-_CALL = re.compile(r"([A-Za-z_]\w*)[ \t]*\(")
+# (?<!\w): a match starts only at an identifier's start (else each position
+# inside a long identifier would scan to its end again: quadratic).
+_CALL = re.compile(r"(?<!\w)([A-Za-z_]\w*)[ \t]*\(")
 _PRINT = re.compile(r"(?:pr_\w+|printk|no_printk|trace_printk|dev_(?:emerg|alert|crit|err|warn|"
                     r"notice|info|dbg|printk)\w*|netdev_\w+)\Z")
 # What a change outside the fix may call and still be an ordinary refactor
@@ -900,14 +906,25 @@ class _Layout:
         holding the fix): named nowhere else, transitively."""
         scope = set(fix)
         new = self.funcs - starter_funcs - scope
-        grew = True
-        while grew:
-            grew = False
-            for h in sorted(new - scope):
-                users = self.named_in.get(h, set()) - {h}
-                if users and users <= scope:
-                    scope.add(h)
-                    grew = True
+        # Each new function waits for its users to join; a worklist, linear
+        # in the number of (user, function) pairs.
+        waiting: dict[str, int] = {}
+        helpers_of: dict[str, list[str]] = {}
+        for h in new:
+            users = self.named_in.get(h, set()) - {h}
+            if not users:
+                continue
+            waiting[h] = len(users - scope)
+            for u in users - scope:
+                helpers_of.setdefault(u, []).append(h)
+        work = [h for h, n in waiting.items() if n == 0]
+        while work:
+            h = work.pop()
+            scope.add(h)
+            for g in helpers_of.get(h, ()):
+                waiting[g] -= 1
+                if waiting[g] == 0:
+                    work.append(g)
         return scope
 
 
