@@ -137,6 +137,7 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "notes": result.notes,
         "flags": result.flags,
         "diff": result.diff,
+        "confinement": result.confinement,
         "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
@@ -182,7 +183,8 @@ def load_results_json(path: str) -> GradeResult:
             verdict=extra.get("verdict", "graded"), notes=list(extra.get("notes", [])),
             graded_at=extra.get("graded_at", ""), host=extra.get("host", ""),
             flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})),
-            diff=str(extra.get("diff", "")))
+            diff=str(extra.get("diff", "")),
+            confinement=str(extra.get("confinement", "")))
     except ReportError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -276,6 +278,8 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
         out.append(f"not graded in the guest: {result.verdict}")
     out += [f"note: {n}" for n in result.notes]
     out += [f"flagged for the instructor: {f}" for f in result.flags]
+    if result.confinement:
+        out.append(f"build confinement: {result.confinement}")
     out.append("")
     for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()

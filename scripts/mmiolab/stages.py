@@ -41,7 +41,8 @@ from typing import Any
 from . import guestout, ktap, model, objcheck, prairielearn, report, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
-from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
+from .lab import (BuildFailed, Run, build_driver, build_text, confinement_level, disassemble,
+                  run_tests)
 from .labspec import GradedTest, LabSpec, boot_words
 
 BUILD_FAILED = "build-failed"
@@ -59,6 +60,8 @@ class Checked:
     # student too (the review's and the confinement's are the grader's).
     source_flags: list[str] = field(default_factory=list)
     object_flags: list[str] = field(default_factory=list)
+    # The build's confinement (sandbox.LEVELS, or "unconfined"); "" if none ran.
+    confinement: str = ""
 
 
 @dataclass(kw_only=True)
@@ -80,7 +83,7 @@ class Refused(Checked):
     build_log: str = ""          # what the build printed, when it ran
 
 
-def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool,
+def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool | str,
             out_dir: str | None = None, build_dir: str | None = None,
             source_named: str = "", whole_build_log: bool = False,
             cfg: Config | None = None) -> Prepared | Refused:
@@ -101,7 +104,8 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     if not intake.ok:
         # build_text: a member of an archive may be named by a host path.
         return Refused(verdict=intake.verdict, why=build_text(intake.describe(), cfg=cfg))
-    checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored])
+    checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored],
+                      confinement=confinement_level(confined, cfg))
     for taken in intake.taken:
         with open(taken.path, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -374,7 +378,7 @@ def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> model
     """The score of a submission that never ran: every test 0, the reason in
     every output, and what a run would have been."""
     result = not_graded(spec, sub_id, why.verdict, why.why, notes=why.notes,
-                               flags=why.flags, diff=why.diff)
+                               flags=why.flags, diff=why.diff, confinement=why.confinement)
     result.replay = replay(spec, seeds, None, "")
     return result
 
@@ -448,7 +452,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags, diff=ready.diff)
+        flags=flags, diff=ready.diff, confinement=ready.confinement)
 
 
 # ---------------------------------------------------------------------------- write
