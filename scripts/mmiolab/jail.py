@@ -497,7 +497,13 @@ def acquire(build: str, base_uid: int, base_gid: int, timeout: float = 600) -> S
                     slot = Slot(n, os.path.join(top, f"slot-{n}"), base_uid + n,
                                 base_gid + n, lock, tree_lock)
                     _make_slot(top, slot)
-                    kill_uid(slot.uid, slot.gid)
+                    left = kill_uid(slot.uid, slot.gid)
+                    if left:
+                        raise OSError(errno.EBUSY, f"processes {left} of the jail's uid "
+                                      f"{slot.uid} cannot be killed")
+                    # Empty (a step whose processes outlived it left its folder there).
+                    shutil.rmtree(slot.build, ignore_errors=True)
+                    os.mkdir(slot.build, 0o755)
                     return slot
                 except BaseException:
                     lock.__exit__(None, None, None)

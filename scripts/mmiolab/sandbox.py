@@ -486,11 +486,15 @@ def _run_jail(argv: list[str], writable: str, readonly: list[str], log: str, lim
                     raise SandboxError(f"the jail could not be set up: {failed}")
                 status = _watch(proc, log, limits, t0, kill)
                 rc = proc.returncode
-                left = jail.kill_uid(slot.uid, slot.gid)   # what the step left running
-                if left:
-                    raise SandboxError(f"processes {left} of uid {slot.uid} outlived the step")
             return _result(status, rc, log, limits, t0, "jail")
         finally:
+            # Out of the jail only once nothing of the step lives: a process whose
+            # working folder is moved out of a chroot can reach the whole tree
+            # through ".." (chroot(2)).
+            left = jail.kill_uid(slot.uid, slot.gid)
+            if left:
+                raise SandboxError(f"processes {left} of uid {slot.uid} outlived the step; "
+                                   f"its folder stays in {slot.build}")
             _move(slot.build, writable)
             os.mkdir(slot.build, 0o755)
     finally:
