@@ -156,7 +156,7 @@ def setup_confinement(cfg: Config | None = None) -> tuple[bool, str]:
     else:
         said.append(f"mmiolab: WARNING: module builds cannot be confined in this image: "
                     f"{found.why}")
-    return bool(found.level), "\n".join(said).replace("\n" + " ", "\n")
+    return bool(found.level), "\n".join(said)
 
 
 def confinement_level(confined: bool | str, cfg: Config | None = None) -> str:
