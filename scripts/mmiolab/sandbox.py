@@ -42,7 +42,6 @@ import os
 import re
 import select
 import signal
-import struct
 import subprocess
 import time
 from dataclasses import dataclass, field
