@@ -172,7 +172,7 @@ def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 where there is none: a kernel
     without it, Landlock not among the active security modules, or a seccomp
     profile that refuses the call (Docker's default allows the landlock_*
-    calls from Docker 23.0; 20.10, Debian 12's docker.io, refuses them)."""
+    calls from Docker 20.10.18 and 23.0.0)."""
     libc = _syscall()
     v = libc.syscall(SYS_landlock_create_ruleset, None, ctypes.c_size_t(0),
                      ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
