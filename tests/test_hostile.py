@@ -970,6 +970,16 @@ class CorpusTest(unittest.TestCase):
     def test_no_process_outlives_a_build_or_a_run(self):
         self.assertEqual(self.leftover, [])
 
+    def test_reports_name_the_confinement(self):
+        """Each result names the level that confined its build: the probe's (or
+        none, for a submission refused before any build)."""
+        level = confinement().level
+        seen = set()
+        for c in self.cases:
+            doc, summary = self.result(c.sid)
+            seen.add(doc["extra_data"]["mmiolab"]["confinement"])
+        self.assertEqual(seen, {"", level})
+
     def test_nothing_outside_scratch_changed(self):
         for w in self.before:
             self.assertEqual(self.before[w], self.after[w], w)
