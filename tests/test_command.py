@@ -110,12 +110,15 @@ class ConfigTest(unittest.TestCase):
                "MMIOLAB_PATCHES": "/p", "MMIOLAB_DEBUG": "1", "MMIOLAB_SMP": "4",
                "MMIOLAB_MEM": "1G", "MMIOLAB_ACCEL": "tcg", "MMIOLAB_SANDBOX_UID": "1000",
                "MMIOLAB_SANDBOX_GID": "1001", "MMIOLAB_QEMU_MONITOR": "/m.sock",
-               "MMIOLAB_AUTOGRADER": "/ag", "MMIOLAB_PRAIRIELEARN": "/pl", "PATH": "/bin"}
+               "MMIOLAB_AUTOGRADER": "/ag", "MMIOLAB_PRAIRIELEARN": "/pl",
+               "MMIOLAB_CONFINE": "jail", "MMIOLAB_JAIL_UID": "70000",
+               "MMIOLAB_JAIL_GID": "70001", "PATH": "/bin"}
         self.assertEqual(set(config.ENV.values()), set(env) - {"PATH"})
         self.assertEqual(Config.from_env(env), Config(
             build="/b", kernel_tarball="/t.tar.xz", patches="/p", debug=True, smp=4,
             memory="1G", accel="tcg", sandbox_uid=1000, sandbox_gid=1001,
-            qemu_monitor="/m.sock", autograder="/ag", prairielearn="/pl"))
+            qemu_monitor="/m.sock", autograder="/ag", prairielearn="/pl", confine="jail",
+            jail_uid=70000, jail_gid=70001))
         self.assertFalse(Config.from_env({"MMIOLAB_DEBUG": "yes"}).debug)   # only "1"
         # Arguments override the environment; one not given (None) does not.
         cfg = Config.from_env(env, smp=2, accel=None)
@@ -124,6 +127,9 @@ class ConfigTest(unittest.TestCase):
     def test_a_malformed_number_is_a_one_line_error(self):
         with self.assertRaisesRegex(config.ConfigError, r"MMIOLAB_SMP='two': not an integer"):
             Config.from_env({"MMIOLAB_SMP": "two"})
+        with self.assertRaisesRegex(config.ConfigError, r"MMIOLAB_CONFINE='chroot': not one of "
+                                                        r"bubblewrap, jail"):
+            Config.from_env({"MMIOLAB_CONFINE": "chroot"})
         env = {**os.environ, "MMIOLAB_SANDBOX_UID": "x", "PYTHONPATH": os.path.join(ROOT, "scripts")}
         res = subprocess.run([sys.executable, "-m", "mmiolab", "run", "--", "true"], env=env,
                              capture_output=True, text=True, timeout=60)

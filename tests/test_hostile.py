@@ -1,6 +1,8 @@
 """The grader against students who want the marks without the work.
 
-SandboxTest: what a confined build can see and do. CorpusTest: a corpus of
+SandboxTest: what a confined build can see and do, at the level the probe
+picks (MMIOLAB_CONFINE=bubblewrap or jail forces one: the whole module
+passes with each). JailTest: the jail itself, forced (as root). CorpusTest: a corpus of
 hostile submissions, written here (no committed binaries), each with the
 verdict it must get. Most are stopped at intake, at build time or by the
 object checks, so they cost no guest; the few that must run are graded
@@ -26,7 +28,8 @@ import time
 import unittest
 import zipfile
 
-from mmiolab import BUILD, ROOT, kernel, labspec, sandbox
+from mmiolab import BUILD, ROOT, jail, kernel, labspec, sandbox
+from mmiolab.config import Config
 from mmiolab.grade import GradeOptions, entries_for, grade_batch
 from mmiolab.lab import confinement, kernel_tree, scratch_root
 from vmtest import report
@@ -125,8 +128,8 @@ class SandboxTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        ok, why = confinement()
-        if not ok:
+        cls.level, why = confinement()
+        if not cls.level:
             raise AssertionError(f"builds cannot be confined on this machine: {why}")
         cls.box = tempfile.mkdtemp(prefix="sandbox-test-", dir=scratch_root())
         os.chmod(cls.box, 0o711)
@@ -150,15 +153,18 @@ class SandboxTest(unittest.TestCase):
         tree = os.path.join(private, "tree")
         os.makedirs(tree)
         os.chmod(private, 0o700)
-        ok, why = sandbox.probe([tree], os.path.join(self.box, "scratch"))
+        ok, why = sandbox.probe([tree], os.path.join(self.box, "scratch"),
+                                Config.from_env(confine="bubblewrap"))
         self.assertFalse(ok)
         self.assertIn(f"{private} is private", why)
 
     def test_view(self):
         probes = {
             "uid": "id -u",
-            "kernel tree readable": f"test -r {kernel.OBJ}/Makefile && echo yes",
-            "kernel tree read-only": f"touch {kernel.OBJ}/x 2>/dev/null || echo refused",
+            # (By its real path, the one the sandbox shows: build/kernel may be a link.)
+            "kernel tree readable": f"test -r {os.path.realpath(kernel.OBJ)}/Makefile && echo yes",
+            "kernel tree read-only": f"touch {os.path.realpath(kernel.OBJ)}/x 2>/dev/null "
+                                     f"|| echo refused",
             "kit hidden": f"test -e {ROOT}/labs || echo hidden",
             "solutions hidden": f"ls {LAB}/solutions 2>/dev/null || echo hidden",
             "made solutions hidden": f"ls {os.path.dirname(solution_file())} 2>/dev/null "
@@ -181,15 +187,25 @@ class SandboxTest(unittest.TestCase):
                 "no /proc": "none", "no /home, /root, /tmp": "none", "writable folder": "yes",
                 "stdin is /dev/null": "eof", "no network": "lo\n101",    # only lo; ENETUNREACH
                 "no more user namespaces": "refused"}
+        if self.level == "jail":
+            # Not a namespace of its own: the container's interfaces are there,
+            # and the seccomp filter refuses the socket.
+            probes["no network"] = ("/usr/bin/python3 -c \"import socket\ntry:\n"
+                                    " socket.socket()\nexcept OSError as e:\n print(e.errno)\"")
+            want["no network"] = "1"                                  # EPERM
+            want["uid"] = str(Config.from_env().jail_uid)           # slot 0's
         for label, script in probes.items():
             with self.subTest(label):
                 res = self.run_in(script)
                 self.assertEqual(res.output.strip(), want[label], str(res))
+                self.assertEqual(res.level, self.level)
 
     def test_no_user_namespaces_with_an_older_bubblewrap(self):
         """bubblewrap 0.6 (Ubuntu 22.04, Gradescope's base) has no --disable-userns:
         the seccomp filter that stands in for it refuses new user namespaces and
         leaves processes, threads and posix_spawn (clone3 -> clone) working."""
+        if self.level != "bubblewrap":
+            self.skipTest(f"bubblewrap's filter; builds run in the {self.level} here")
         saved = sandbox._disable_userns
         sandbox._disable_userns = False
         try:
@@ -216,6 +232,8 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(res.status, "ok", str(res))
         st = os.stat(os.path.join(self.rw, "owner"))
         expect = sandbox.SANDBOX_UID if os.geteuid() == 0 else os.geteuid()
+        if self.level == "jail":
+            expect = Config.from_env().jail_uid                     # slot 0's
         self.assertEqual(st.st_uid, expect)
 
     def test_limits(self):
@@ -244,7 +262,8 @@ class SandboxTest(unittest.TestCase):
 
     def test_the_grader_stops_without_confinement(self):
         """No bubblewrap: a clear error, unless the instructor allows it."""
-        env = {**os.environ, "PATH": "/usr/bin:/bin"}
+        # (Only bubblewrap tried: as root, the jail would work.)
+        env = {**os.environ, "PATH": "/usr/bin:/bin", "MMIOLAB_CONFINE": "bubblewrap"}
         code = ("import sys; sys.path.insert(0, %r)\n"
                 "from mmiolab import sandbox; sandbox.BWRAP = '/nonexistent/bwrap'\n"
                 "sys.argv = ['grade', '--lab', 'doorbell', %r] + sys.argv[1:]\n"
@@ -275,6 +294,152 @@ class SandboxTest(unittest.TestCase):
             self.assertNotIn("flagged", summary)       # flags are the instructor's
             self.assertIn("oops", summary)             # the compiler ran, unconfined
             self.assertNotIn(ROOT, summary)
+
+
+class JailTest(unittest.TestCase):
+    """The jail (jail.py), forced whatever the probe would pick: what it keeps
+    a step from doing. Needs root, as the jail does."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("the jail needs root")
+        cls.cfg = Config.from_env(confine="jail")
+        cls.level, why = sandbox.probe(kernel_tree(cls.cfg), scratch_root(cls.cfg), cls.cfg)
+        if cls.level != "jail":
+            raise AssertionError(f"the jail does not work here: {why}")
+        cls.box = tempfile.mkdtemp(prefix="jail-test-", dir=scratch_root())
+        os.chmod(cls.box, 0o711)
+        cls.secret = os.path.join(cls.box, "secret")
+        with open(cls.secret, "w") as f:
+            f.write("the answer\n")
+        os.chmod(cls.secret, 0o644)             # readable by anyone who can reach it
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.box, ignore_errors=True)
+
+    def run_in(self, script, limits=sandbox.Limits(timeout=30), python=False):
+        rw = tempfile.mkdtemp(dir=self.box)
+        sandbox.prepare(rw, self.cfg)
+        argv = ["/usr/bin/python3", "-c", script] if python else ["/bin/sh", "-c", script]
+        return sandbox.run(argv, rw, kernel_tree(self.cfg), os.path.join(rw + ".log"), limits,
+                           cfg=self.cfg)
+
+    def test_ids_and_privileges(self):
+        """The jail's own uid and gid, no groups, no_new_privs, a seccomp filter."""
+        res = self.run_in("import ctypes, os\nlibc = ctypes.CDLL(None)\n"
+                          "print(os.getresuid(), os.getresgid(), os.getgroups(), "
+                          "libc.prctl(39, 0, 0, 0, 0), libc.prctl(21, 0, 0, 0, 0))", python=True)
+        uid, gid = self.cfg.jail_uid, self.cfg.jail_gid         # slot 0: nothing else runs
+        self.assertEqual(res.output.strip(), f"{(uid,) * 3} {(gid,) * 3} [] 1 2", str(res))
+        self.assertEqual(res.level, "jail")
+
+    def test_cannot_read_outside(self):
+        res = self.run_in(f"cat {self.secret} {solution_file()} {SOLUTION_PATCH} /etc/passwd "
+                          f"2>/dev/null; for p in /proc /root /home /tmp {ROOT} {BUILD}; do "
+                          f"test -e $p && echo $p; done; ls /")
+        self.assertNotIn("the answer", res.output)
+        self.assertNotIn("mmiowb();", res.output)
+        tops = {t for t in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+                if os.path.lexists("/" + t)}
+        tops |= {p.split("/")[1] for p in kernel_tree(self.cfg)}   # the kernel tree's path
+        self.assertEqual(sorted(res.output.split()),
+                         sorted(tops | {"build", "dev", "etc", "usr"}), str(res))
+
+    def test_no_network(self):
+        """Every socket but AF_UNIX is refused (the jail shares the host's or the
+        container's network namespace: the filter is what keeps it off)."""
+        res = self.run_in("import socket\nfor fam in (socket.AF_INET, socket.AF_INET6, "
+                          "socket.AF_NETLINK, socket.AF_PACKET, socket.AF_UNIX):\n"
+                          " try:\n  socket.socket(fam, socket.SOCK_DGRAM if fam != "
+                          "socket.AF_PACKET else socket.SOCK_RAW).close(); print('open')\n"
+                          " except OSError as e:\n  print(e.errno)", python=True)
+        self.assertEqual(res.output.split(), ["1", "1", "1", "1", "open"], str(res))
+
+    def test_no_ptrace_no_namespaces_no_mounts(self):
+        calls = {"ptrace": (101, 0, 0, 0, 0),                    # PTRACE_TRACEME
+                 "process_vm_readv": (310, 1, 0, 0, 0, 0, 0),
+                 "unshare_user": (272, 0x10000000), "unshare_net": (272, 0x40000000),
+                 "clone3": (435, 0, 0), "setns": (308, 0, 0), "chroot": (161, 0),
+                 "mount": (165, 0, 0, 0, 0, 0), "bpf": (321, 0, 0, 0),
+                 "io_uring_setup": (425, 1, 0), "keyctl": (250, 0, 0, 0, 0, 0),
+                 "perf_event_open": (298, 0, 0, 0, 0, 0), "x32_getpid": (0x40000000 | 39,)}
+        code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "libc.syscall.restype = ctypes.c_long\n"
+                f"for name, (nr, *a) in {calls!r}.items():\n"
+                " r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])\n"
+                " print(f'{name}={0 if r >= 0 else ctypes.get_errno()}')\n")
+        res = self.run_in(code, python=True)
+        got = dict(line.split("=") for line in res.output.split())
+        want = {name: "1" for name in calls}                       # EPERM
+        want["clone3"] = "38"                                      # ENOSYS: clone() instead
+        self.assertEqual(got, want, str(res))
+        res = self.run_in("unshare -U true 2>/dev/null || echo refused; "
+                          "(true) & wait; echo forked")
+        self.assertEqual(res.output.split(), ["refused", "forked"], str(res))
+
+    def test_cannot_write_outside_its_folder(self):
+        obj = os.path.realpath(kernel.OBJ)
+        res = self.run_in(f"test -r {obj}/Makefile || echo no tree; "
+                          f"for p in /x /usr/x /dev/x /etc/alternatives/x {obj}/x; do "
+                          f"touch $p 2>/dev/null && echo wrote $p; done; "
+                          f"echo y > /dev/null && touch /build/ok && echo ok")
+        self.assertEqual(res.output.strip(), "ok", str(res))
+        self.assertFalse(os.path.exists(os.path.join(obj, "x")))
+
+    def test_killed_as_a_tree(self):
+        """At the time limit every process of the step goes, those that left its
+        session and process group included."""
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        try:
+            res = self.run_in("setsid sleep 300 & (sleep 200 &); "
+                              "/usr/bin/python3 -c 'import os; os.setpgid(0, 0); "
+                              "os.system(\"sleep 100\")' & sleep 1000",
+                              sandbox.Limits(timeout=3))
+            self.assertEqual(res.status, "timeout", str(res))
+            reap()
+            self.assertEqual(descendants(), [])
+            for n in range(jail.SLOTS):
+                self.assertEqual(jail.processes_of(self.cfg.jail_uid + n), [])
+            # A step that ends leaving processes behind: they go too.
+            res = self.run_in("setsid sleep 300 & echo left")
+            self.assertEqual(res.status, "ok", str(res))
+            reap()
+            self.assertEqual(descendants(), [])
+        finally:
+            prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+    def test_one_step_cannot_signal_another(self):
+        """Concurrent steps run as different uids: kill -9 -1 in one leaves the other."""
+        import threading
+        results = {}
+        first = threading.Thread(target=lambda: results.update(
+            a=self.run_in("sleep 4; echo alive")))
+        first.start()
+        time.sleep(1.5)
+        results["b"] = self.run_in("kill -9 -1; echo sent")
+        first.join()
+        self.assertEqual(results["a"].output.strip(), "alive", str(results["a"]))
+        self.assertEqual(results["b"].output.strip(), "sent", str(results["b"]))
+
+    def test_landlock_scopes_abstract_sockets(self):
+        """What Landlock adds inside the chroot (ABI 6): abstract UNIX sockets
+        belong to the network namespace, which the jail shares; Landlock keeps
+        the step from connecting to one made outside it."""
+        if jail.landlock_abi() < 6:
+            self.skipTest(f"Landlock ABI {jail.landlock_abi()} has no scopes")
+        import socket
+        name = f"mmiolab-jail-test-{os.getpid()}"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+            srv.bind("\0" + name)
+            srv.listen()
+            res = self.run_in(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n"
+                              f" s.connect('\\0{name}'); print('connected')\n"
+                              f"except OSError as e:\n print(e.errno)", python=True)
+        self.assertEqual(res.output.strip(), "1", str(res))                     # EPERM
 
 
 # ---------------------------------------------------------------------------- corpus
@@ -829,6 +994,16 @@ class CorpusTest(unittest.TestCase):
 
     def test_no_process_outlives_a_build_or_a_run(self):
         self.assertEqual(self.leftover, [])
+
+    def test_reports_name_the_confinement(self):
+        """Each result names the level that confined its build: the probe's (or
+        none, for a submission refused before any build)."""
+        level = confinement().level
+        seen = set()
+        for c in self.cases:
+            doc, summary = self.result(c.sid)
+            seen.add(doc["extra_data"]["mmiolab"]["confinement"])
+        self.assertEqual(seen, {"", level})
 
     def test_nothing_outside_scratch_changed(self):
         for w in self.before:

@@ -199,6 +199,21 @@ class GradescopeTest(unittest.TestCase):
         self.assertEqual(back.replay, res.replay)
         self.assertEqual(back.graded_at, res.graded_at)
 
+    def test_which_confinement_ran(self):
+        """The level that confined the build (bubblewrap, jail, unconfined) is in
+        results.json, read back, in the summary and in the gradebook's row."""
+        from mmiolab.gradebook import gradebook_row
+        with tempfile.TemporaryDirectory() as d:
+            res = graded(confinement="jail")
+            p = os.path.join(d, "results.json")
+            report.write_results_json(res, p)
+            with open(p) as f:
+                self.assertEqual(json.load(f)["extra_data"]["mmiolab"]["confinement"], "jail")
+            self.assertEqual(report.load_results_json(p).confinement, "jail")
+        self.assertIn("build confinement: jail\n", report.summary_text(res))
+        self.assertEqual(gradebook_row(res)["confinement"], "jail")
+        self.assertNotIn("build confinement", report.summary_text(graded()))
+
     def test_load_rejects_foreign_json(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "results.json")

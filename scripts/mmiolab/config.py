@@ -33,6 +33,15 @@ class Config:
     accel: str = "auto"                          # auto | kvm | tcg
     sandbox_uid: int = 65534                     # the confined build's ids (when run as root)
     sandbox_gid: int = 65534
+    # The confinement level (sandbox.LEVELS): "" tries bubblewrap, then the
+    # jail; a level's name forces it (tests, instructors).
+    confine: str = ""
+    # The jail's first uid and gid (jail.py): slot N runs as jail_uid + N and
+    # jail_gid + N, ids nothing else on the machine may use (every process of
+    # such a uid is killed when its step ends). 65536..99999: above the 16-bit
+    # ids and below the subordinate ids useradd hands out (from 100000).
+    jail_uid: int = 65600
+    jail_gid: int = 65600
     qemu_monitor: str = ""                       # debugging: a QEMU monitor socket
     autograder: str = "/autograder"              # Gradescope's container root
     prairielearn: str = "/grade"                 # PrairieLearn's container root
@@ -54,6 +63,16 @@ class Config:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    def __post_init__(self) -> None:
+        if self.confine not in CONFINE_LEVELS:
+            raise ConfigError(f"MMIOLAB_CONFINE={self.confine!r}: not one of "
+                              f"{', '.join(l for l in CONFINE_LEVELS if l)} (or empty: "
+                              f"the first that works)")
+
+
+# The values of Config.confine: sandbox.LEVELS, and "" for the first that works.
+CONFINE_LEVELS = ("", "bubblewrap", "jail")
+
 
 # Config field: the environment variable that sets it (tests, Makefiles and
 # users set these; the names and meanings are part of the kit's interface).
@@ -67,6 +86,9 @@ ENV = {
     "accel": "MMIOLAB_ACCEL",
     "sandbox_uid": "MMIOLAB_SANDBOX_UID",
     "sandbox_gid": "MMIOLAB_SANDBOX_GID",
+    "confine": "MMIOLAB_CONFINE",            # bubblewrap | jail: force that level
+    "jail_uid": "MMIOLAB_JAIL_UID",
+    "jail_gid": "MMIOLAB_JAIL_GID",
     "qemu_monitor": "MMIOLAB_QEMU_MONITOR",
     "autograder": "MMIOLAB_AUTOGRADER",
     "prairielearn": "MMIOLAB_PRAIRIELEARN",

@@ -103,7 +103,7 @@ def build(spec: LabSpec, source: str, shown: str, cfg: Config | None = None) -> 
     if not confined:
         notes.append(f"the build ran unconfined ({why}); the grader confines it")
     notes += ready.object_flags + ([ready.system_note] if ready.system_note else [])
-    return Built(ready.ko, shown, ready.warnings, notes, confined)
+    return Built(ready.ko, shown, ready.warnings, notes, bool(confined))
 
 
 # --- what the guest gets ------------------------------------------------------

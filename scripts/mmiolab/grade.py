@@ -40,7 +40,9 @@ class GradeOptions:
     out: str = ""                  # default: build/grades
     resume: bool = False
     append: tuple[str, ...] = ()
-    confined: bool = True          # False only when the instructor allowed it
+    # The build's confinement level (sandbox.LEVELS), True for the one that
+    # works here, False only when the instructor allowed none.
+    confined: bool | str = True
     cfg: Config = field(default_factory=Config.from_env)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from .model import GradeResult, ReportError, _num, atomic_write
 
 
 FIXED_COLUMNS = ["student", "lab", "score", "max_score", "verdict"]
-TAIL_COLUMNS = ["failed_tests", "flags", "first_failing_seed", "seeds_passed", "seeds", "profile",
+TAIL_COLUMNS = ["failed_tests", "flags", "confinement", "first_failing_seed", "seeds_passed", "seeds", "profile",
                 "semantics", "params", "execution_time", "graded_at", "host", "kit",
                 "submission", "console_log", "results"]
 TEST_PREFIX = "test:"
@@ -64,6 +64,7 @@ def gradebook_row(result: GradeResult, results_path: str = "",
         "execution_time": f"{result.execution_time:.1f}", "graded_at": result.graded_at,
         "host": _cell(result.host), "console_log": _cell(console),
         "results": _cell(results_path), "flags": _cell("; ".join(result.flags)),
+        "confinement": _cell(result.confinement),
         "kit": _cell(str(result.key.get("kit", ""))), "submission": _cell(source),
     }
     for t in result.tests:

@@ -23,10 +23,12 @@ memory; Documentation/instructor/threat-model.rst says what that takes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 from . import ROOT, MmiolabError, kernel, ktap, sandbox, vm
@@ -51,7 +53,7 @@ class Build:
     ko: str
     warnings: list[str]
     log: str
-    confined: bool = True
+    confined: bool | str = True      # the level that ran (sandbox.LEVELS), or False
     # About the system, not the submission (kernel.module_compiler): shown,
     # never charged.
     system_note: str = ""
@@ -129,9 +131,46 @@ def remove_stale_scratch(cfg: Config | None = None) -> list[str]:
     return gone
 
 
-def confinement(cfg: Config | None = None) -> tuple[bool, str]:
-    """Whether module builds can be confined here; (ok, why not)."""
+def confinement(cfg: Config | None = None) -> sandbox.Confinement:
+    """Which level confines module builds here; (level, what was tried and why
+    it failed): level is "" where none works (sandbox.probe)."""
     return sandbox.probe(kernel_tree(cfg), scratch_root(cfg), cfg)
+
+
+def setup_confinement(cfg: Config | None = None) -> tuple[bool, str]:
+    """For an autograder image's setup (Gradescope's setup.sh, the PrairieLearn
+    Dockerfile), run as root while the image is built: the jail's tree
+    prepared now, whichever level grading will pick (a container where
+    bubblewrap fails then needs no minutes of copying per job), and which
+    level confines module builds here; (a level works, words for the image's
+    build log)."""
+    cfg = cfg or Config.from_env()
+    said = []
+    if os.geteuid() == 0:
+        t0 = time.monotonic()
+        jailed = sandbox.probe(kernel_tree(cfg), scratch_root(cfg),
+                               dataclasses.replace(cfg, confine="jail"))
+        said.append(f"mmiolab: the jail's tree is ready ({time.monotonic() - t0:.0f}s)"
+                    if jailed.level else f"mmiolab: the jail cannot be used: {jailed.why}")
+    found = confinement(cfg)
+    if found.level:
+        said.append(f"mmiolab: module builds are confined by {found.level}"
+                    + (f" ({found.why})" if found.why else ""))
+    else:
+        said.append(f"mmiolab: WARNING: module builds cannot be confined in this image: "
+                    f"{found.why}")
+    return bool(found.level), "\n".join(said)
+
+
+def confinement_level(confined: bool | str, cfg: Config | None = None) -> str:
+    """The level a build given `confined` (build_driver's) runs at: a level's
+    name, or sandbox.UNCONFINED."""
+    if confined is True:
+        found = confinement(cfg)
+        if not found.level:
+            raise sandbox.SandboxError(f"cannot confine the module builds here: {found.why}")
+        return found.level
+    return sandbox.resolve(confined, [], cfg)
 
 
 def build_text(text: str, folder: str = "", source: str = "", named: str = "",
@@ -159,13 +198,16 @@ def build_text(text: str, folder: str = "", source: str = "", named: str = "",
     return text
 
 
-def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool = True,
+def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool | str = True,
                  named: str = "", cfg: Config | None = None) -> Build:
     """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
-    (sandbox.py) within the lab's limits (Limits.build); the .ko, build.log and
-    objdump.txt land in workdir. The log names the source `named` (its file name as
-    the student gave it) if that is given."""
+    (sandbox.py: `confined` names the level, True the one that works here) within
+    the lab's limits (Limits.build); the .ko, build.log and objdump.txt land in
+    workdir. The log names the source `named` (its file name as the student gave
+    it) if that is given."""
     cfg = cfg or Config.from_env()
+    level = confinement_level(confined, cfg)
+    confined = level if level != sandbox.UNCONFINED else False
     t = kernel.tree(cfg)
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
@@ -235,7 +277,7 @@ def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
     return True
 
 
-def disassemble(ko: str, confined: bool = True, cfg: Config | None = None) -> str:
+def disassemble(ko: str, confined: bool | str = True, cfg: Config | None = None) -> str:
     """objdump -d -r of a module, itself confined: binutils reading a file a student
     shaped is one more parser to keep away from the host."""
     box = new_scratch("objdump", cfg)

@@ -114,6 +114,9 @@ class GradeResult:
     key: dict[str, Any] = field(default_factory=dict)
     # The submission against the lab's starter (unified diff), for the instructor.
     diff: str = ""
+    # What confined the build (sandbox.LEVELS: bubblewrap, jail; or unconfined);
+    # "" when no build ran (refused at intake).
+    confinement: str = ""
     graded_at: str = field(default_factory=lambda: _now())
     host: str = field(default_factory=socket.gethostname)
 

@@ -88,6 +88,7 @@ def _extra(result: GradeResult) -> dict[str, Any]:
         "graded_at": result.graded_at,
         "host": result.host,
         "notes": result.notes,
+        "confinement": result.confinement,
         "key": result.key,
         "descriptions": {t.name: t.description for t in result.tests},
     }
@@ -133,7 +134,8 @@ def load_results_json(path: str) -> GradeResult:
             verdict=extra.get("verdict", "graded"), notes=list(extra.get("notes", [])),
             graded_at=extra.get("graded_at", ""), host=extra.get("host", ""),
             flags=list(extra.get("flags", [])), key=dict(extra.get("key", {})),
-            diff=str(extra.get("diff", "")))
+            diff=str(extra.get("diff", "")),
+            confinement=str(extra.get("confinement", "")))
     except ReportError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -290,6 +292,8 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
     out += [f"note: {n}" for n in result.notes]
     if not student:                 # flags are for the instructor's eyes only
         out += [f"flagged for the instructor: {f}" for f in result.flags]
+    if result.confinement:
+        out.append(f"build confinement: {result.confinement}")
     out.append("")
     for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()

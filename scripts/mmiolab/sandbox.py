@@ -22,31 +22,40 @@ bubblewrap with
 - on a timeout or an output flood, the sandbox's pid 1 is killed, which
   kills every process of its pid namespace at once.
 
-Where bubblewrap cannot work (a container that forbids user namespaces), the
-grader stops unless the instructor allows an unconfined build; that runs the
-same command with the same uid and limits in its own process group, and the
+Where bubblewrap cannot work (a container under Docker's default seccomp
+profile, which refuses new namespaces), the second level is the jail
+(jail.py): chroot into a prepared tree, a uid of its own per concurrent
+step, no_new_privs, a seccomp filter of the kit's own, Landlock where the
+kernel offers it, the same limits, and every process of that uid killed at
+the end. probe() says which level works (LEVELS, in that order;
+Config.confine, MMIOLAB_CONFINE, forces one). Where neither does, the grader
+stops unless the instructor allows an unconfined build; that runs the same
+command with the same uid and limits in its own process group, and the
 report says so.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import select
 import signal
-import struct
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from . import MmiolabError
+from . import MmiolabError, jail
 from .config import Config
 
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
 INSIDE = "/build"                      # the writable folder, as the confined step sees it
 PATH = "/usr/bin:/bin"
+LEVELS = ("bubblewrap", "jail")        # tried in this order
+UNCONFINED = "unconfined"              # the level's name when the instructor allowed none
 
 
 class SandboxError(MmiolabError):
@@ -73,6 +82,7 @@ class Result:
     output: str = field(repr=False)    # at most output_cap bytes, decoded
     seconds: float
     confined: bool
+    level: str = ""                    # LEVELS' name, or UNCONFINED
 
     def __str__(self) -> str:
         head = self.output[:400] + ("..." if len(self.output) > 400 else "")
@@ -132,28 +142,10 @@ def no_userns_filter() -> bytes:
     build needs neither); clone3(), whose flags a filter cannot read, fails
     with ENOSYS, as in Chromium's sandbox, so the C library falls back to
     clone(); x32 and i386 system calls fail with EPERM (they would bypass the
-    numbers checked)."""
-    def op(code: int, jt: int, jf: int, k: int) -> bytes:
-        return struct.pack("=HBBI", code, jt, jf, k)
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06   # BPF_LD|W|ABS, BPF_JMP|..|K, BPF_RET|K
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    return b"".join([
-        op(ld, 0, 0, 4),                    # 0: seccomp_data.arch
-        op(jeq, 1, 0, 0xC000003E),          # 1: AUDIT_ARCH_X86_64 -> 3
-        op(ret, 0, 0, eperm),               # 2: i386
-        op(ld, 0, 0, 0),                    # 3: seccomp_data.nr
-        op(jge, 0, 1, 0x40000000),          # 4: __X32_SYSCALL_BIT -> 5, else 6
-        op(ret, 0, 0, eperm),               # 5
-        op(jeq, 0, 1, 435),                 # 6: clone3 -> 7, else 8
-        op(ret, 0, 0, enosys),              # 7
-        op(jeq, 2, 0, 56),                  # 8: clone -> 11
-        op(jeq, 1, 0, 272),                 # 9: unshare -> 11
-        op(ret, 0, 0, allow),               # 10
-        op(ld, 0, 0, 16),                   # 11: args[0], low 32 bits (the flags)
-        op(jset, 0, 1, 0x10000000),         # 12: CLONE_NEWUSER -> 13, else 14
-        op(ret, 0, 0, eperm),               # 13
-        op(ret, 0, 0, allow),               # 14
-    ])
+    numbers checked). The jail's filter (jail.jail_filter) refuses more."""
+    return jail.seccomp_program([(jail.NR["clone3"], "deny", errno.ENOSYS),
+                                 (jail.NR["clone"], "flags", jail.CLONE_NEWUSER, errno.EPERM),
+                                 (jail.NR["unshare"], "flags", jail.CLONE_NEWUSER, errno.EPERM)])
 
 
 def _filter_fd() -> int:
@@ -209,50 +201,126 @@ def prepare(folder: str, cfg: Config | None = None) -> None:
                 os.lchown(name, uid, gid)
 
 
-_probe_cache: dict[tuple, tuple[bool, str]] = {}
+class Confinement(NamedTuple):
+    """What probe() found: the level that works (LEVELS' name; "" when none
+    does), and, in words for the instructor, what was tried before it and
+    why that failed (for a jail that works, whether Landlock is part of it)."""
+    level: str
+    why: str
 
 
-def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> tuple[bool, str]:
-    """Whether a confined step can run here and read `readonly`; (ok, why not)."""
+_probe_cache: dict[tuple, Confinement] = {}
+
+
+def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> Confinement:
+    """Which level can confine a step here that reads `readonly`: each of LEVELS
+    in turn (or only Config.confine's), the first that works. Cached."""
+    cfg = cfg or Config.from_env()
+    key = (tuple(readonly), scratch, ids(cfg), cfg.confine, cfg.build, cfg.jail_uid,
+           cfg.jail_gid)
+    if key not in _probe_cache:
+        said = []
+        found = ""
+        for level in [cfg.confine] if cfg.confine else LEVELS:
+            ok, why = (_probe_bwrap if level == "bubblewrap" else _probe_jail)(
+                readonly, scratch, cfg)
+            if why:
+                said.append(f"{level}: {why}")
+            if ok:
+                found = level
+                break
+        _probe_cache[key] = Confinement(found, "\n".join(said))
+    return _probe_cache[key]
+
+
+def _probe_bwrap(readonly: list[str], scratch: str, cfg: Config) -> tuple[bool, str]:
+    """Whether bubblewrap can run a step here that reads `readonly`; (ok, why not)."""
     uid, _ = ids(cfg)
-    key = (tuple(readonly), scratch, ids(cfg))
-    if key in _probe_cache:
-        return _probe_cache[key]
     if not os.path.exists(BWRAP):
-        result = (False, f"{BWRAP} is missing (Debian package bubblewrap; run 'make deps')")
-    else:
-        os.makedirs(scratch, exist_ok=True)
-        tmp = os.path.join(scratch, f"probe-{os.getpid()}")
-        os.makedirs(tmp, exist_ok=True)
-        os.chmod(scratch, 0o755)
-        prepare(tmp, cfg)
-        checks = " && ".join(f"test -r {p}" for p in readonly) or "true"
-        fd = _filter_fd()
-        cmd = bwrap_args(tmp, readonly, cfg=cfg, seccomp_fd=fd) + [
-            "--setenv", "PATH", PATH, "--", "/bin/sh", "-c", checks]
-        try:
-            res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=30, pass_fds=(fd,) if fd >= 0 else (),
-                                 **_user_kw(cfg))
-            ok = res.returncode == 0
-            why = "" if ok else (res.stderr.strip() or
-                                 f"the sandbox cannot read {', '.join(readonly)} as uid "
-                                 f"{uid} (are its folders readable by others?)")
-            private = _private_folder(list(readonly) + [scratch])
-            if not ok and private:
-                why += (f"\n{private} is private (other users cannot enter it), and the "
-                        f"confined build runs as uid {uid}: keep the kit in a folder "
-                        f"others can enter, e.g. /srv or /opt rather than /root, or "
-                        f"chmod o+x {private}")
-        except (OSError, subprocess.TimeoutExpired) as e:
-            ok, why = False, f"bubblewrap did not run: {e}"
-        finally:
-            if fd >= 0:
-                os.close(fd)
-            _rmtree(tmp)
-        result = (ok, why)
-    _probe_cache[key] = result
-    return result
+        return False, f"{BWRAP} is missing (Debian package bubblewrap; run 'make deps')"
+    os.makedirs(scratch, exist_ok=True)
+    tmp = os.path.join(scratch, f"probe-{os.getpid()}")
+    os.makedirs(tmp, exist_ok=True)
+    os.chmod(scratch, 0o755)
+    prepare(tmp, cfg)
+    checks = " && ".join(f"test -r {p}" for p in readonly) or "true"
+    fd = _filter_fd()
+    cmd = bwrap_args(tmp, readonly, cfg=cfg, seccomp_fd=fd) + [
+        "--setenv", "PATH", PATH, "--", "/bin/sh", "-c", checks]
+    try:
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=30, pass_fds=(fd,) if fd >= 0 else (),
+                             **_user_kw(cfg))
+        ok = res.returncode == 0
+        why = "" if ok else (res.stderr.strip() or
+                             f"the sandbox cannot read {', '.join(readonly)} as uid "
+                             f"{uid} (are its folders readable by others?)")
+        private = _private_folder(list(readonly) + [scratch])
+        if not ok and private:
+            why += (f"\n{private} is private (other users cannot enter it), and the "
+                    f"confined build runs as uid {uid}: keep the kit in a folder "
+                    f"others can enter, e.g. /srv or /opt rather than /root, or "
+                    f"chmod o+x {private}")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        ok, why = False, f"bubblewrap did not run: {e}"
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        _rmtree(tmp)
+    return ok, why
+
+
+def _probe_jail(readonly: list[str], scratch: str, cfg: Config) -> tuple[bool, str]:
+    """Whether the jail can run a step here that reads `readonly` (preparing
+    its tree if need be); (ok, why not, or for a jail that works, what it
+    has of Landlock)."""
+    if not _dropping():
+        return False, (f"the jail needs root (chroot, a uid of its own); the grader runs "
+                       f"as uid {os.geteuid()}")
+    os.makedirs(scratch, exist_ok=True)
+    os.chmod(scratch, 0o755)
+    tmp = os.path.join(scratch, f"probe-jail-{os.getpid()}")
+    rw = os.path.join(tmp, "rw")
+    os.makedirs(rw, exist_ok=True)
+    checks = " && ".join([f"test -r {p}" for p in readonly] +
+                         ["echo > /dev/null", f"touch {INSIDE}/probe"])
+    try:
+        res = run(["/bin/sh", "-c", checks], rw, readonly, os.path.join(tmp, "log"),
+                  Limits(timeout=60), confined="jail", cfg=cfg)
+        if res.status != "ok":
+            return False, (f"a step in the jail failed ({res.status}, status "
+                           f"{res.returncode}): {res.output.strip()[:400]}")
+    except (OSError, SandboxError) as e:
+        return False, str(e)
+    finally:
+        _rmtree(tmp)
+    abi = _landlock_abi()
+    return True, (f"Landlock ABI {abi}" if abi else
+                  "no Landlock (the kernel or the container's seccomp profile refuses it)")
+
+
+_landlock: list[int] = []
+
+
+def _landlock_abi() -> int:
+    if not _landlock:
+        _landlock.append(jail.landlock_abi())
+    return _landlock[0]
+
+
+def resolve(confined: bool | str, readonly: list[str], cfg: Config | None = None) -> str:
+    """The level a step given `confined` runs at: a level's name as it is;
+    False or "" UNCONFINED; True the level probe() picks (SandboxError where
+    none works)."""
+    if isinstance(confined, str):
+        return confined or UNCONFINED
+    if not confined:
+        return UNCONFINED
+    cfg = cfg or Config.from_env()
+    found = probe(readonly, os.path.join(cfg.build, "scratch"), cfg)
+    if not found.level:
+        raise SandboxError(f"cannot confine the step here: {found.why}")
+    return found.level
 
 
 def _private_folder(paths: list[str]) -> str:
@@ -282,14 +350,23 @@ def _rmtree(path: str) -> None:
 
 
 def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
-        env: dict[str, str] | None = None, confined: bool = True,
+        env: dict[str, str] | None = None, confined: bool | str = True,
         hide: list[str] = (), cfg: Config | None = None) -> Result:
     """Run argv with `writable` as its only writable folder (/build when confined).
 
-    stdout and stderr go to `log` (created here, outside `writable`); Result.output
-    is its first limits.output_cap bytes. Never raises for what the step does.
+    confined: a level's name (LEVELS), True for the level probe() picks, or
+    False (or UNCONFINED) to run unconfined. stdout and stderr go to `log`
+    (created here, outside `writable`); Result.output is its first
+    limits.output_cap bytes. Never raises for what the step does.
     """
+    cfg = cfg or Config.from_env()
+    level = resolve(confined, readonly, cfg)
     env = _env(env or {})
+    if level == "jail":
+        return _run_jail(argv, writable, readonly, log, limits, env, hide, cfg)
+    confined = level == "bubblewrap"
+    if not confined and level != UNCONFINED:
+        raise SandboxError(f"no confinement level {level!r} (levels: {', '.join(LEVELS)})")
     info_r = info_w = filter_r = -1
     if confined:
         info_r, info_w = os.pipe()
@@ -319,24 +396,35 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
                     os.close(fd)
         child = _child_pid(info_r) if confined else None
         pidfd = _pidfd(child)
-        status = None
-        while True:
-            try:
-                proc.wait(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if time.monotonic() - t0 > limits.timeout:
-                status = "timeout"
-            elif os.path.getsize(log) > limits.output_cap:
-                status = "flood"
-            if status:
-                _kill(proc)
-                break
+        status = _watch(proc, log, limits, t0, lambda: _kill(proc))
         rc = proc.returncode
         # bubblewrap reports the command's status as soon as the command exits, while
         # its pid 1 may still be taking the rest of the namespace down: wait for that.
         _end(pidfd)
+    return _result(status, rc, log, limits, t0, level)
+
+
+def _watch(proc: subprocess.Popen, log: str, limits: Limits, t0: float, kill) -> str | None:
+    """Wait for a step's first process, calling kill() at the time limit or when
+    the log passes the output cap; "timeout", "flood" or None (it ended)."""
+    while True:
+        try:
+            proc.wait(timeout=0.1)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        status = None
+        if time.monotonic() - t0 > limits.timeout:
+            status = "timeout"
+        elif os.path.getsize(log) > limits.output_cap:
+            status = "flood"
+        if status:
+            kill()
+            return status
+
+
+def _result(status: str | None, rc: int | None, log: str, limits: Limits, t0: float,
+            level: str) -> Result:
     seconds = time.monotonic() - t0
     with open(log, "rb") as f:
         output = f.read(limits.output_cap).decode("utf-8", "replace")
@@ -344,7 +432,106 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
         status = "flood"                 # (the file-size limit may have ended it first)
     if status is None:
         status = "ok" if rc == 0 else "failed"
-    return Result(status, rc, output, seconds, confined)
+    return Result(status, rc, output, seconds, level != UNCONFINED, level)
+
+
+def _run_jail(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
+              env: dict[str, str], hide: list[str], cfg: Config) -> Result:
+    """run() at the jail level (jail.py): the tree prepared if need be, a slot
+    taken, `writable` moved in as the slot's /build for the step and back
+    after it, every process of the slot's uid killed at the end."""
+    hidden = [p for p in list(hide) + [cfg.build] if p.startswith(("/usr/", "/etc/"))]
+    try:
+        jail.prepare_tree(cfg.build, readonly, hidden)
+        slot = jail.acquire(cfg.build, cfg.jail_uid, cfg.jail_gid)
+    except OSError as e:
+        raise SandboxError(f"the jail cannot be set up: {e}") from e
+    try:
+        for p in readonly:
+            if not os.path.exists(slot.root + os.path.realpath(p)):
+                raise SandboxError(f"{p} is not in the jail's tree")
+        _move(writable, slot.build)
+        try:
+            for top, dirs, files in os.walk(slot.build):
+                for name in [top] + [os.path.join(top, n) for n in dirs + files]:
+                    os.lchown(name, slot.uid, slot.gid)
+            os.chmod(slot.build, 0o700)
+            report_r, report_w = os.pipe()
+            spec = {"root": slot.root, "uid": slot.uid, "gid": slot.gid, "env": env,
+                    "argv": _prlimit(limits) + argv, "report": report_w,
+                    "landlock": _landlock_abi(), "filter": jail.jail_filter().hex()}
+            t0 = time.monotonic()
+            with open(log, "wb") as out:
+                try:
+                    proc = subprocess.Popen(jail.helper_argv(spec), stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=out, cwd="/", env={},
+                                            start_new_session=True, pass_fds=(report_w,))
+                except OSError as e:
+                    raise SandboxError(f"cannot start the jail's helper: {e}") from e
+                finally:
+                    os.close(report_w)
+
+                def kill() -> None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)   # the helper, before its exec
+                    except ProcessLookupError:
+                        pass
+                    jail.kill_uid(slot.uid, slot.gid)
+                    proc.wait()
+
+                failed = _read_report(report_r)
+                if failed:
+                    kill()
+                    raise SandboxError(f"the jail could not be set up: {failed}")
+                status = _watch(proc, log, limits, t0, kill)
+                rc = proc.returncode
+            return _result(status, rc, log, limits, t0, "jail")
+        finally:
+            # Out of the jail only once nothing of the step lives: a process whose
+            # working folder is moved out of a chroot can reach the whole tree
+            # through ".." (chroot(2)).
+            left = jail.kill_uid(slot.uid, slot.gid)
+            if left:
+                raise SandboxError(f"processes {left} of uid {slot.uid} outlived the step; "
+                                   f"its folder stays in {slot.build}")
+            _move(slot.build, writable)
+            os.mkdir(slot.build, 0o755)
+    finally:
+        slot.release()
+
+
+def _read_report(fd: int, timeout: float = 60) -> str:
+    """What the jail's helper wrote on its report pipe: nothing when its exec
+    succeeded (the pipe closes on exec), else why it could not set up."""
+    data = b""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                return "the helper did not start in time"
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace")
+
+
+def _move(src: str, dest: str) -> None:
+    """Move a folder (rename; across filesystems a copy, then the original removed)."""
+    try:
+        os.rename(src, dest)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        import shutil
+        if os.path.isdir(dest):
+            os.rmdir(dest)
+        shutil.copytree(src, dest, symlinks=True)
+        shutil.rmtree(src)
 
 
 def _child_pid(fd: int) -> int | None:

@@ -45,8 +45,8 @@ from typing import Any
 from . import guestout, kernel, ktap, model, objcheck, report, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
-from .lab import (BuildFailed, Run, build_driver, build_text, disassemble, run_tests,
-                  scratch_root)
+from .lab import (BuildFailed, Run, build_driver, build_text, confinement_level, disassemble,
+                  run_tests, scratch_root)
 from .labspec import GradedTest, LabSpec, boot_words
 from .platforms import Platform
 
@@ -65,6 +65,8 @@ class Checked:
     # student too (the review's and the confinement's are the grader's).
     source_flags: list[str] = field(default_factory=list)
     object_flags: list[str] = field(default_factory=list)
+    # The build's confinement (sandbox.LEVELS, or "unconfined"); "" if none ran.
+    confinement: str = ""
 
 
 @dataclass(kw_only=True)
@@ -86,7 +88,7 @@ class Refused(Checked):
     build_log: str = ""          # what the build printed, when it ran
 
 
-def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool,
+def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool | str,
             out_dir: str | None = None, build_dir: str | None = None,
             source_named: str = "", whole_build_log: bool = False,
             cfg: Config | None = None) -> Prepared | Refused:
@@ -107,7 +109,8 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     if not intake.ok:
         # build_text: a member of an archive may be named by a host path.
         return Refused(verdict=intake.verdict, why=build_text(intake.describe(), cfg=cfg))
-    checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored])
+    checked = Checked(notes=[f"ignored {i.source}: {i.reason}" for i in intake.ignored],
+                      confinement=confinement_level(confined, cfg))
     macros = kernel_macros_file(cfg)
     for taken in intake.taken:
         # In a bounded child, as intake: the source's flags, and for the
@@ -400,7 +403,7 @@ def refused(spec: LabSpec, sub_id: str, why: Refused, seeds: list[int]) -> model
     """The score of a submission that never ran: every test 0, the reason in
     every output, and what a run would have been."""
     result = not_graded(spec, sub_id, why.verdict, why.why, notes=why.notes,
-                               flags=why.flags, diff=why.diff)
+                               flags=why.flags, diff=why.diff, confinement=why.confinement)
     result.replay = replay(spec, seeds, None, "")
     return result
 
@@ -474,7 +477,8 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
-        flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds)
+        flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds,
+        confinement=ready.confinement)
 
 
 # ---------------------------------------------------------------------------- write

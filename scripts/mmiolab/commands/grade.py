@@ -13,8 +13,11 @@ submission the grader writes results.json (Gradescope), junit.xml,
 summary.txt and console.log under --out/ID; per batch, gradebook.csv,
 rewritten after each submission. A killed batch continues with --resume.
 
-Each build is confined (bubblewrap); where that cannot work, the grader stops
-unless --allow-unconfined-build is given, and then every report says so.
+Each build is confined: in bubblewrap, or where that cannot work (a container
+that forbids new namespaces) in the kit's jail (chroot, a uid of its own,
+seccomp, Landlock); MMIOLAB_CONFINE=bubblewrap|jail forces one. Where neither
+works, the grader stops unless --allow-unconfined-build is given, and then
+every report says so.
 Exit status: 0 when every submission was graded (whatever its score), 1 when
 the grader failed on one, 2 when it could not start.
 """
@@ -49,7 +52,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--append", action="append", default=[],
                     help="extra guest kernel command-line words, e.g. mmiosim.profile=pc")
     ap.add_argument("--allow-unconfined-build", action="store_true",
-                    help="build unconfined where bubblewrap cannot work (each report says so)")
+                    help="build unconfined where no confinement works (each report says so)")
     ap.add_argument("submissions", nargs="*")
 
 
@@ -69,6 +72,9 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
                   f"unconfined)", file=sys.stderr)
             return 2
         print(f"grade: WARNING: building unconfined ({why})", file=sys.stderr)
+    elif why:
+        print(f"grade: module builds confined by {confined} ({why})".replace("\n", "; "),
+              file=sys.stderr)
     initramfs.build(cfg)
     seeds = args.seed or (list(range(1, args.seeds + 1)) if args.seeds else list(spec.default_seeds))
     jobs = max(1, min(args.j, os.cpu_count() or 1))

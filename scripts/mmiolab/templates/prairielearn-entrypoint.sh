@@ -27,6 +27,8 @@ if [ "$hidden_tests" = yes ]; then
 		not_gradable "the question has no tests/hidden/hidden.toml: copy the packed question whole"
 	rm -rf "$hidden"
 	cp -R "$grade/tests/hidden" "$hidden"
+	# The grader's (root's) alone, whatever confines the build.
+	chmod -R go-rwx "$hidden" "$grade/tests"
 fi
 status=0
 /usr/bin/python3 "$kit/scripts/grade" --lab @lab@ --prairielearn@flags@ || status=$?
