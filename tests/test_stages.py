@@ -333,8 +333,10 @@ class StageCase(unittest.TestCase):
         open(ko, "wb").close()
         return stages.Prepared(ko=ko, warnings=kw.pop("warnings", []), **kw)
 
-    def run_stage(self, guest: FakeGuest, ready=None, seeds=(1, 2, 3), **kw) -> stages.Ran:
-        with mock.patch.object(stages, "run_tests", guest):
+    def run_stage(self, guest: FakeGuest, ready=None, seeds=(1, 2, 3), slowdown=1.0,
+                  **kw) -> stages.Ran:
+        with mock.patch.object(stages, "run_tests", guest), \
+                mock.patch.object(stages.speed, "slowdown", return_value=slowdown):
             return stages.run(self.spec, ready or self.prepared(), list(seeds), self.out, **kw)
 
     def ran(self, **guest) -> stages.Ran:
@@ -350,14 +352,18 @@ class StageCase(unittest.TestCase):
 class RunStageTest(StageCase):
     def test_visible_then_hidden_each_in_its_guest(self):
         guest = FakeGuest()
-        ran = self.run_stage(guest, cmds=77, append=("mmiosim.jitter_ns=5",), title="t")
+        ran = self.run_stage(guest, cmds=77, append=("mmiosim.jitter_ns=5",), title="t",
+                             slowdown=3.0)
         visible, hidden = guest.calls
         fabric = stages.fabric_append(self.spec)
         self.assertEqual(visible["append"], fabric + ["mmiosim.jitter_ns=5"])
         self.assertEqual((visible["log_dir"], visible["cmds"], visible["seeds"]),
                          (self.out, 77, [1, 2, 3]))
-        self.assertEqual((visible["timeout"], visible["console_cap"]),
-                         (self.spec.limits.run_timeout, self.spec.limits.console_cap))
+        # The lab's limits, scaled to the machine (speed.slowdown, faked: 3).
+        lim = self.spec.limits
+        self.assertEqual((visible["timeout"], visible["stall_timeout"], visible["console_cap"]),
+                         (lim.run_timeout * 3, lim.stall_timeout * 3, lim.console_cap))
+        self.assertEqual(hidden["timeout"], lim.run_timeout * 3)
         self.assertNotIn("harness", visible)
         self.assertEqual(hidden["append"],
                          stages.fabric_append(self.spec, hidden=True) + ["mmiosim.jitter_ns=5"])
@@ -436,6 +442,38 @@ class ScoreStageTest(StageCase):
         for name in ("race_4cpu", "race_long"):
             self.assertEqual((t[name].status, t[name].output.splitlines()[-1]),
                              ("error", "the hidden tests did not run"))
+
+    def test_a_run_stuck_without_progress_is_charged_as_a_hang(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="hang"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, "graded")
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("crashed", "failed"))
+
+    def test_a_run_still_progressing_at_its_ceiling_is_not_charged(self):
+        # The same output as a hang, but the run was still making progress:
+        # the grading machine was too slow, which says nothing of the driver.
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="slow"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, model.TOO_SLOW)
+        self.assertEqual(r.notes[0], stages.TOO_SLOW_WORDS)
+        self.assertEqual(t["build"].status, "passed")
+        for name in ("race", "cost", "clean_log", "race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("error", 0), name)
+            self.assertIn(stages.TOO_SLOW_WORDS, t[name].output)
+        words = report.summary_text(r) + "".join(x.output for x in r.tests)
+        for word in ("crash", "hang", "did not finish in time"):
+            self.assertNotIn(word, words.replace("crash, hang", ""))
+
+    def test_a_slow_hidden_run_keeps_what_it_reported(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(hidden=["KTAP version 1", "1..2", "ok 1 race_4cpu"],
+                                  hidden_status="slow"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, model.TOO_SLOW)
+        self.assertEqual((t["race_4cpu"].status, t["race_long"].status), ("passed", "error"))
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("passed", "passed"))
 
     def test_a_warning_in_the_hidden_guest_stays_in_the_hidden_tests(self):
         r = stages.score(self.spec, "alice", self.prepared(), self.ran(hidden_console=WARNING))

@@ -60,7 +60,7 @@ from typing import Any
 from . import ROOT
 from .config import Config
 from .report import _clean_obj, _clean_text, summary_text
-from .model import _WHY, GradeResult, _num, atomic_write
+from .model import _WHY, NOT_CHARGED, TOO_SLOW, GradeResult, _num, atomic_write
 from .template import fill
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.
@@ -133,11 +133,15 @@ def results_json(result: GradeResult) -> dict[str, Any]:
                       "points": sum(t.score for t in held),
                       "max_points": sum(t.max_score for t in held),
                       "message": HIDDEN_MESSAGE, "output": ""})
-    gradable = result.verdict != "grader-error"
+    gradable = result.verdict not in NOT_CHARGED
     if gradable:
         message = (f"mmiolab {result.lab}: {_num(result.score)}/{_num(most)}"
                    + ("" if result.verdict == "graded" else
                       f" (not graded in the guest: {result.verdict})"))
+    elif result.verdict == TOO_SLOW:
+        message = ("The grading machine was too slow to finish the tests (they were still "
+                   "making progress when its time ran out), not your code: it is not "
+                   "counted. Submit again later, or tell the course staff.")
     else:
         message = ("The grader failed on this submission, not your code: it is not "
                    "counted. Submit again later, or tell the course staff.")

@@ -38,13 +38,18 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, ktap, model, objcheck, prairielearn, report, submission
+from . import guestout, ktap, model, objcheck, prairielearn, report, speed, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
 from .lab import BuildFailed, Run, build_driver, build_text, disassemble, run_tests
 from .labspec import GradedTest, LabSpec, boot_words
 
 BUILD_FAILED = "build-failed"
+# A guest was still making progress when its time ran out (vm: "slow"):
+# model.TOO_SLOW, in the student's words.
+TOO_SLOW_WORDS = ("not graded: the grading machine was too slow to finish the tests in the time "
+                  "it allows (they were still making progress when it ran out). This says "
+                  "nothing about your driver and is not counted; your instructor is told.")
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
                    "file the grader can")
 
@@ -187,12 +192,21 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
               timeout: float | None = None, console_cap: int | None = None,
               cfg: Config | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
-    fabric) over the seeds, under the lab's fabric plus `append`. The time and
-    console limits are the lab's unless given."""
-    kw = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} if hidden else {}
+    fabric) over the seeds, under the lab's fabric plus `append`. The console
+    limit is the lab's unless given. A timeout given is the run's whole time;
+    else the lab's limits, scaled to this machine (speed.slowdown), tell slow
+    from stuck (vm.Patience): no progress for stall_timeout is a hang, the
+    ceiling reached while progressing is "slow"."""
+    kw: dict[str, Any] = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} \
+        if hidden else {}
+    if timeout is None:
+        lim = spec.limits
+        factor = speed.slowdown(spec.hidden_smp if hidden else (cfg or Config.from_env()).smp,
+                                lim.max_slowdown, cfg)
+        timeout = lim.run_timeout * factor
+        kw["stall_timeout"] = lim.stall_timeout * factor
     return run_tests(spec, ko, seeds, log_dir, cmds=cmds,
-                     append=fabric_append(spec, hidden=hidden) + list(append),
-                     timeout=spec.limits.run_timeout if timeout is None else timeout,
+                     append=fabric_append(spec, hidden=hidden) + list(append), timeout=timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
                      cfg=cfg, **kw)
 
@@ -443,12 +457,36 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
+    slow = [r for r in (ran.visible, ran.hidden) if r is not None and r.result.status == "slow"]
+    if slow:
+        # clean_log failed only because the run did not finish: not the driver's.
+        _not_charged(spec, tests, slow[0].result.describe(),
+                     clean_log=res.status == "slow" and not events and not seen.problem)
+        notes.insert(0, TOO_SLOW_WORDS)
     return model.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
-        console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
+        console_log=os.path.relpath(res.log, ran.out_dir),
+        verdict=model.TOO_SLOW if slow else "graded", notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags, diff=ready.diff)
+
+
+def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], why: str,
+                 clean_log: bool) -> None:
+    """A run was "slow": the tests it never reported (crashed, or not run) and,
+    if `clean_log`, clean_log (it needs a finished run) are errors in the
+    grader's words, never the driver's; what did report stands, for the
+    instructor."""
+    for t in tests:
+        g = spec.test(t.name)
+        if t.name == "clean_log":
+            if not clean_log or t.status == "passed":
+                continue
+        elif g.source == "host" or t.status in ("passed", "failed", "skipped"):
+            continue
+        t.status, t.score = "error", 0.0
+        t.output = f"{g.description}\n\n{TOO_SLOW_WORDS}\n({why})"
 
 
 # ---------------------------------------------------------------------------- write
@@ -471,7 +509,12 @@ def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", sourc
     if gradebook:
         done.gradebook = update_gradebook(gradebook,
                                                  [(result, done.files["results"], source)])
-    if gradescope:
+    if gradescope and result.verdict == model.TOO_SLOW:
+        # No results.json: Gradescope then tells the student the autograder
+        # failed (not a score of theirs) and shows the instructor this output.
+        print(f"mmiolab: not graded: {result.notes[0] if result.notes else result.verdict}",
+              flush=True)
+    elif gradescope:
         os.makedirs(os.path.dirname(gradescope), exist_ok=True)
         report.write_results_json(result, gradescope)
         done.platform = gradescope
