@@ -274,13 +274,15 @@ class BatchTest(unittest.TestCase):
                                os.path.join(log_dir, "console.log"))
             return lab.Run(list(seeds), "0" * 32, res)
 
+        # The run's limits are scaled to the machine (speed.slowdown): here, by 2.
         with mock.patch.object(lab.sandbox, "run", build), \
-                mock.patch.object(stages, "run_tests", run):
+                mock.patch.object(stages, "run_tests", run), \
+                mock.patch.object(stages.speed, "slowdown", return_value=2.0):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
                                 grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
         self.assertEqual(r.verdict, "graded", r.notes)
         self.assertEqual((seen["build_timeout"], seen["timeout"], seen["console_cap"]),
-                         (77, 33, 12345))
+                         (77, 66, 12345))
 
 
 def _answer_lines(spec) -> set[str]:

@@ -539,6 +539,17 @@ class WriteStageTest(StageCase):
         self.assertEqual((row["student"], row["score"], row["submission"], row["results"]),
                          ("alice", "100", "/class/alice.c", done.files["results"]))
 
+    def test_a_result_too_slow_to_grade_gives_gradescope_no_score(self):
+        # No results.json: Gradescope says the autograder failed, to the
+        # student, and shows the instructor the grader's output; ours stay.
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="slow"))
+        gs = os.path.join(self.tmp, "autograder", "results", "results.json")
+        done = stages.write(r, self.out, gradescope=gs)
+        self.assertFalse(os.path.exists(gs))
+        self.assertEqual(done.platform, "")
+        self.assertTrue(os.path.exists(done.files["results"]))
+
     def test_prairielearns_file(self):
         pl = os.path.join(self.tmp, "grade", "results", "results.json")
         done = stages.write(self.result(), self.out, prairielearn_results=pl)

@@ -512,8 +512,7 @@ def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", sourc
     if gradescope and result.verdict == model.TOO_SLOW:
         # No results.json: Gradescope then tells the student the autograder
         # failed (not a score of theirs) and shows the instructor this output.
-        print(f"mmiolab: not graded: {result.notes[0] if result.notes else result.verdict}",
-              flush=True)
+        print(f"mmiolab: {result.notes[0] if result.notes else result.verdict}", flush=True)
     elif gradescope:
         os.makedirs(os.path.dirname(gradescope), exist_ok=True)
         report.write_results_json(result, gradescope)
