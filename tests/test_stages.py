@@ -296,8 +296,9 @@ class FakeGuest:
     HIDDEN_PASS = ["KTAP version 1", "1..2", "ok 1 race_4cpu", "ok 2 race_long"]
 
     def __init__(self, channel="pass.channel.log", console=None, status="exited",
-                 hidden=None, hidden_console="", hidden_status="exited"):
+                 hidden=None, hidden_console="", hidden_status="exited", hidden_boot=0.5):
         self.channel, self.status = channel, status
+        self.hidden_boot = hidden_boot      # None: the guest went down before the harness
         self.console = recorded("pass.console.log") if console is None else console
         self.hidden = self.HIDDEN_PASS if hidden is None else hidden
         self.hidden_console, self.hidden_status = hidden_console, hidden_status
@@ -308,15 +309,15 @@ class FakeGuest:
         os.makedirs(log_dir, exist_ok=True)
         if kw.get("harness"):
             channel = harness(self.hidden + ["# mmiolab harness: end"])
-            console, status = self.hidden_console, self.hidden_status
+            console, status, boot = self.hidden_console, self.hidden_status, self.hidden_boot
         else:
             channel = recorded(self.channel) + harness(["# mmiolab harness: end"])
-            console, status = self.console, self.status
+            console, status, boot = self.console, self.status, 0.5
         log = os.path.join(log_dir, "console.log")
         with open(log, "w") as f:
             f.write(console)
-        res = vm.RunResult(status, 0 if status == "exited" else None, console, channel, 2.0, 0.5,
-                           "tcg", log)
+        res = vm.RunResult(status, 0 if status == "exited" else None, console, channel, 2.0,
+                           boot, "tcg", log)
         return lab.Run(list(seeds), NONCE, res, list(kw.get("append") or []))
 
 
@@ -473,6 +474,21 @@ class ScoreStageTest(StageCase):
         t = self.by_name(r)
         self.assertEqual(r.verdict, model.TOO_SLOW)
         self.assertEqual((t["race_4cpu"].status, t["race_long"].status), ("passed", "error"))
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("passed", "passed"))
+
+    def test_a_guest_down_before_its_harness_started_is_not_charged(self):
+        # Seen at half a CPU: the hidden guest oopsed at boot (int3, 1.3 s in)
+        # twice, before the harness had loaded the driver.
+        boot_oops = recorded("crash.console.log")
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(hidden=[], hidden_console=boot_oops, hidden_status="panic",
+                                  hidden_boot=None))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, "grader-error")
+        self.assertEqual(r.notes[0], stages.NO_BOOT_WORDS)
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("error", 0), name)
+            self.assertIn(stages.NO_BOOT_WORDS, t[name].output)
         self.assertEqual((t["race"].status, t["clean_log"].status), ("passed", "passed"))
 
     def test_a_warning_in_the_hidden_guest_stays_in_the_hidden_tests(self):

@@ -28,9 +28,10 @@ progress=/tmp/progress
 # The host (vm.py) calls a run stuck when this stops changing, and slow,
 # not stuck, while it moves; it buys patience up to the run's ceiling and
 # never scores. A subshell of this one: it holds the nonce no less, and
-# no more, than the harness does.
+# no more, than the harness does; it stops with the harness, also one
+# killed (labstats' batches stop a variant that outlasts its time).
 heartbeat() {
-	while sleep 1; do
+	while sleep 1 && kill -0 $$ 2>/dev/null; do
 		read -r _done < $progress || _done=
 		say "# mmiolab progress ${_done:-0}"
 	done

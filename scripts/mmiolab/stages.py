@@ -50,6 +50,11 @@ BUILD_FAILED = "build-failed"
 TOO_SLOW_WORDS = ("not graded: the grading machine was too slow to finish the tests in the time "
                   "it allows (they were still making progress when it ran out). This says "
                   "nothing about your driver and is not counted; your instructor is told.")
+# A guest that went down before its harness started (vm.RunResult.boot_seconds
+# None), twice (lab.run_tests boots once more): the driver was not loaded yet.
+NO_BOOT_WORDS = ("not graded: the test guest failed while booting, before your driver was "
+                 "loaded (twice): a fault of the grading machine, not of your driver; not "
+                 "counted, and your instructor is told.")
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
                    "file the grader can")
 
@@ -457,27 +462,37 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
-    slow = [r for r in (ran.visible, ran.hidden) if r is not None and r.result.status == "slow"]
+    verdict = "graded"
+    runs = [r.result for r in (ran.visible, ran.hidden) if r is not None]
+    slow = [r for r in runs if r.status == "slow"]
+    unbooted = [r for r in runs if r.status != "exited" and r.boot_seconds is None]
     if slow:
         # clean_log failed only because the run did not finish: not the driver's.
-        _not_charged(spec, tests, slow[0].result.describe(),
+        verdict = model.TOO_SLOW
+        _not_charged(spec, tests, TOO_SLOW_WORDS, slow[0].describe(),
                      clean_log=res.status == "slow" and not events and not seen.problem)
-        notes.insert(0, TOO_SLOW_WORDS)
+    elif unbooted:
+        # What its console shows is the boot's, before the driver was loaded.
+        verdict = "grader-error"
+        _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
+                     clean_log=res.boot_seconds is None)
+    if verdict != "graded":
+        notes.insert(0, TOO_SLOW_WORDS if slow else NO_BOOT_WORDS)
     return model.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
         console_log=os.path.relpath(res.log, ran.out_dir),
-        verdict=model.TOO_SLOW if slow else "graded", notes=notes,
+        verdict=verdict, notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags, diff=ready.diff)
 
 
-def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], why: str,
+def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], words: str, why: str,
                  clean_log: bool) -> None:
-    """A run was "slow": the tests it never reported (crashed, or not run) and,
-    if `clean_log`, clean_log (it needs a finished run) are errors in the
-    grader's words, never the driver's; what did report stands, for the
-    instructor."""
+    """A run ended by the grading machine's fault (too slow, or down before the
+    harness started): the tests it never reported (crashed, or not run) and,
+    if `clean_log`, clean_log are errors in `words`, the grader's, never the
+    driver's; what did report stands, for the instructor."""
     for t in tests:
         g = spec.test(t.name)
         if t.name == "clean_log":
@@ -486,7 +501,7 @@ def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], why: str,
         elif g.source == "host" or t.status in ("passed", "failed", "skipped"):
             continue
         t.status, t.score = "error", 0.0
-        t.output = f"{g.description}\n\n{TOO_SLOW_WORDS}\n({why})"
+        t.output = f"{g.description}\n\n{words}\n({why})"
 
 
 # ---------------------------------------------------------------------------- write
