@@ -28,7 +28,7 @@ Schema (``schema = 1``)::
     run_timeout     = 90                  # seconds for a whole guest run on the reference
                                           # machine (speed.py): scaled by this machine's
                                           # slowdown, the run's ceiling
-    stall_timeout   = 30                  # seconds a run may make no progress (the
+    stall_timeout   = 60                  # seconds a run may make no progress (the
                                           # harness's heartbeat): then it is stuck, a hang
     max_slowdown    = 8                   # the most the limits are scaled by
     typical_seconds = 0                   # one submission's guests on the reference
@@ -137,7 +137,7 @@ class Limits:
     build's sandbox limits (build()) and the intake's caps (intake())."""
     build_timeout: float = 120.0
     run_timeout: float = 90.0
-    stall_timeout: float = 30.0
+    stall_timeout: float = 60.0
     max_slowdown: float = 8.0
     typical_seconds: float = 0.0
     console_cap: int = 1 << 20
