@@ -524,7 +524,7 @@ def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", sourc
     if gradebook:
         done.gradebook = update_gradebook(gradebook,
                                                  [(result, done.files["results"], source)])
-    if gradescope and result.verdict == model.TOO_SLOW:
+    if gradescope and result.verdict in model.NOT_CHARGED:
         # No results.json: Gradescope then tells the student the autograder
         # failed (not a score of theirs) and shows the instructor this output.
         print(f"mmiolab: {result.notes[0] if result.notes else result.verdict}", flush=True)
