@@ -409,6 +409,8 @@ class GradescopeTest(unittest.TestCase):
                              text=True, timeout=600, stdin=subprocess.DEVNULL)
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
         self.assertIn("module builds are confined", res.stdout)
+        # The image's speed, measured, and a submission's time at it (issue 32).
+        self.assertRegex(res.stdout, r"mmiolab: speed: a doorbell submission should take ")
         shutil.copy(os.path.join(root, "source", "run_autograder"), root)
         os.makedirs(os.path.join(root, "submission"))
         shutil.copy(DOORBELL.solution_source("mmiowb"),

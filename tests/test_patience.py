@@ -199,17 +199,49 @@ class SpeedTest(unittest.TestCase):
         self.assertIsNone(speed._cgroup_quota(os.path.join(root, "v1"), selfcg))
 
     def test_the_slowdown_is_at_least_one_and_at_most_the_labs(self):
-        with mock.patch.object(speed, "cpu_share", return_value=(0.25, "")), \
-                mock.patch.object(speed, "cached", return_value=None):
-            self.assertEqual(speed.slowdown(2, 8.0), 8.0)
+        with mock.patch.object(speed, "cpu_share", return_value=(0.25, "")):
+            self.assertEqual(speed.slowdown(2, 6.0), 6.0)
             self.assertEqual(speed.slowdown(2, 100.0), 8.0)
-        with mock.patch.object(speed, "cpu_share", return_value=(2.0, "")), \
-                mock.patch.object(speed, "cached", return_value=None):
+        with mock.patch.object(speed, "cpu_share", return_value=(4.0, "")):
             self.assertEqual(speed.slowdown(2, 8.0), 1.0)
-        cal = speed.Calibration(3.0, 4.0, 2, 3.0, 2.0, "")
-        with mock.patch.object(speed, "cpu_share", return_value=(2.0, "")), \
-                mock.patch.object(speed, "cached", return_value=cal):
-            self.assertEqual(speed.slowdown(2, 8.0), 3.0)
+
+
+
+class CalibrateCommandTest(unittest.TestCase):
+    """What an image build prints (the calibration guest faked)."""
+
+    def run_command(self, budget: float, typical: float, work: float) -> tuple[int, str]:
+        import argparse
+        import contextlib
+        import dataclasses
+        import io
+        from mmiolab import labspec
+        from mmiolab.commands import calibrate
+        from mmiolab.config import Config
+        spec = labspec.load_lab("doorbell")
+        spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits,
+                                                                    cpu_seconds=typical))
+        # The guest got 0.25 CPUs: a submission of `typical` CPU seconds takes 4 times that.
+        cal = speed.Calibration(work, 3.0, 2, work / speed.REFERENCE_WORK_SECONDS, 0.5, "", 0.25)
+        out = io.StringIO()
+        args = argparse.Namespace(lab=["doorbell"], budget=budget, platform="Gradescope")
+        with mock.patch.object(speed, "calibrate", return_value=cal), \
+                mock.patch.object(speed, "cpu_share", return_value=(0.5, "a CPU quota")), \
+                mock.patch.object(labspec, "load_lab", return_value=spec), \
+                contextlib.redirect_stdout(out):
+            status = calibrate.run(args, Config.from_env())
+        return status, out.getvalue()
+
+    def test_a_submission_that_fits_and_one_that_does_not(self):
+        # Half a CPU: a 2-vCPU guest runs 4 times slower than on 2 CPUs.
+        status, text = self.run_command(600, 100, speed.REFERENCE_WORK_SECONDS * 4)
+        self.assertEqual(status, 0, text)
+        self.assertIn("a doorbell submission should take about 400s here", text)
+        self.assertNotIn("WARNING", text)
+        status, text = self.run_command(600, 200, speed.REFERENCE_WORK_SECONDS * 4)
+        self.assertEqual(status, 1, text)
+        self.assertIn("WARNING: Gradescope's limit of 600s cannot fit a doorbell submission "
+                      "here (about 800s)", text)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ Schema (``schema = 1``)::
     stall_timeout   = 60                  # seconds a run may make no progress (the
                                           # harness's heartbeat): then it is stuck, a hang
     max_slowdown    = 8                   # the most the limits are scaled by
-    typical_seconds = 0                   # one submission's guests on the reference
-                                          # machine, measured (calibrate's estimate; 0: unknown)
+    cpu_seconds     = 0                   # CPU time one submission of the reference solution
+                                          # takes (build and guests), measured: calibrate's
+                                          # estimate of its time (0: unknown)
     console_cap     = 1048576             # bytes of console kept; more is a flood
     max_file_bytes  = 1048576             # per submitted file
     max_members     = 500                 # entries of an archive submission
@@ -139,7 +140,7 @@ class Limits:
     run_timeout: float = 90.0
     stall_timeout: float = 60.0
     max_slowdown: float = 8.0
-    typical_seconds: float = 0.0
+    cpu_seconds: float = 0.0
     console_cap: int = 1 << 20
     max_file_bytes: int = 1 << 20
     max_members: int = 500
@@ -505,7 +506,7 @@ class _Validator:
 def _limits(v: _Validator, table: Any) -> Limits:
     ints = {"console_cap", "max_file_bytes", "max_members", "max_total_bytes"}
     floats = {"build_timeout", "run_timeout", "stall_timeout", "max_slowdown",
-              "typical_seconds"}
+              "cpu_seconds"}
     v.keys(table, "limits", required=set(), optional=ints | floats)
     vals = {k: v.number(table, k, "limits", integer=k in ints) for k in table}
     return Limits(**{k: (int(x) if k in ints else float(x)) for k, x in vals.items()})

@@ -207,7 +207,7 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
     if timeout is None:
         lim = spec.limits
         factor = speed.slowdown(spec.hidden_smp if hidden else (cfg or Config.from_env()).smp,
-                                lim.max_slowdown, cfg)
+                                lim.max_slowdown)
         timeout = lim.run_timeout * factor
         kw["stall_timeout"] = lim.stall_timeout * factor
     return run_tests(spec, ko, seeds, log_dir, cmds=cmds,

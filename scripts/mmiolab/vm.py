@@ -113,7 +113,8 @@ class VMConfig:
 
 @dataclass
 class RunResult:
-    status: str                 # exited | panic | hang | slow | flood | no-status | unfinished | qemu-error
+    # exited | panic | hang | slow | flood | no-status | unfinished | qemu-error
+    status: str
     exit_code: int | None       # the guest command's exit status, when it exited
     console: str
     channel: str
@@ -500,7 +501,8 @@ def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
         status = patience.verdict(now)
         if not status and console.panic_at is not None and now - console.panic_at > 5:
             status = "panic"     # panic=-1 should have ended QEMU already
-        elif not status and os.path.exists(channel_path) and os.path.getsize(channel_path) > cfg.console_cap:
+        elif not status and os.path.exists(channel_path) and \
+                os.path.getsize(channel_path) > cfg.console_cap:
             console.flood = True
         if status or console.flood:
             proc.kill()

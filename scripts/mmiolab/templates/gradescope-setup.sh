@@ -18,3 +18,9 @@ from mmiolab.lab import confinement
 ok, why = confinement()
 print("mmiolab: module builds are confined" if ok else "mmiolab: WARNING: module builds "
       "cannot be confined in this image: " + why)'
+# How fast this image runs the lab guest, and how long a submission will take
+# here against Gradescope's default limit of 10 minutes (a short guest). Where
+# the image is built on a machine other than the grading one, it says so of
+# the builder; graded runs measure their own machine again.
+scripts/kit calibrate --platform "Gradescope (default)" --budget 600 ||
+	echo "mmiolab: WARNING: see above: submissions may not fit Gradescope's time limit"
