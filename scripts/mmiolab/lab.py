@@ -16,7 +16,10 @@ the guest), where its guest half is written once:
   test programs print plain KTAP that the harness tags, so neither insmod nor
   a test program (the processes a driver runs in) holds it;
 - the run is over when the harness prints END_LINE (tagged) on its channel,
-  and only then (vm.VMConfig.done_marker): not when the guest stops.
+  and only then (vm.VMConfig.done_marker): not when the guest stops;
+- until then it sends PROGRESS_LINE (tagged) once a second with how far the
+  test programs got: the host tells a slow run from a stuck one by it
+  (vm.Patience), and drops it before parsing (guestout.without_heartbeats).
 A driver runs in ring 0 and can still find the nonce in the harness shell's
 memory; Documentation/instructor/threat-model.rst says what that takes.
 """
