@@ -38,12 +38,23 @@ class PatienceTest(unittest.TestCase):
 
     def test_progress_past_the_ceiling_is_slow(self):
         p = self.patience()
-        for t in range(6, 100):
+        for t in range(6, 101):
             p.feed(beat(t * 16), float(t))
             self.assertIsNone(p.verdict(t + 0.5))
-        p.feed(beat(9999), 100.0)
-        self.assertEqual(p.verdict(100.5), "slow")
-        self.assertEqual(p.beats, 95)
+        p.feed(beat(9999), 101.0)
+        self.assertEqual(p.verdict(101.0), "slow")
+        self.assertEqual(p.beats, 96)
+
+    def test_stuck_just_before_the_ceiling_is_a_hang_not_slow(self):
+        # Progress until 95 s, then none: at the ceiling (100 s) that could
+        # still be a slow run; only the stall limit, at 125 s, says stuck.
+        p = self.patience()
+        for t in range(6, 96):
+            p.feed(beat(t * 16), float(t))
+        for t in range(96, 125):
+            p.feed(beat(95 * 16), float(t))     # alive, no further
+            self.assertIsNone(p.verdict(t + 0.5))
+        self.assertEqual(p.verdict(125.5), "hang")
 
     def test_a_heartbeat_that_stops_moving_is_stuck(self):
         p = self.patience()

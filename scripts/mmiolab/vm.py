@@ -18,8 +18,8 @@ stall_timeout): the harness sends a progress heartbeat, and any other tagged
 line or trace data on the channel is progress too. A run that makes no
 progress for stall_timeout seconds once the harness has started is stuck:
 "hang". A run still making progress when its whole time (timeout, the
-ceiling) runs out is "slow": the grading machine was too slow, which says
-nothing about the driver. Progress only buys patience up to the ceiling; it
+ceiling) runs out, and after, is "slow": the grading machine was too slow,
+which says nothing about the driver. Progress only buys patience up to the ceiling; it
 never decides a verdict.
 """
 
@@ -449,12 +449,20 @@ class Patience:
 
     def verdict(self, now: float) -> str | None:
         """"hang" (stuck: no progress for stall seconds; or the ceiling with
-        no stall limit), "slow" (the ceiling, while progressing), or None."""
-        recent = self.progress_at is not None and now - self.progress_at <= self.stall
-        if self.stall and self.progress_at is not None and not recent:
+        no stall limit, or before the harness started), "slow" (progress
+        seen after the ceiling), or None. At the ceiling a run waits for one
+        or the other: progress just before it may have been the last (a
+        driver stuck from then on, measured: a doorbell driver that stopped
+        returning was called slow when the stall limit equalled the ceiling),
+        so only progress after it says slow; the wait is at most the stall
+        limit."""
+        if self.stall and self.progress_at is not None and now - self.progress_at > self.stall:
             return "hang"
         if now > self.deadline:
-            return "slow" if self.stall and recent else "hang"
+            if not self.stall or self.progress_at is None:
+                return "hang"
+            if self.progress_at > self.deadline:
+                return "slow"
         return None
 
 
