@@ -274,13 +274,15 @@ class BatchTest(unittest.TestCase):
                                os.path.join(log_dir, "console.log"))
             return lab.Run(list(seeds), "0" * 32, res)
 
+        # The run's limits are scaled to the machine (speed.slowdown): here, by 2.
         with mock.patch.object(lab.sandbox, "run", build), \
-                mock.patch.object(stages, "run_tests", run):
+                mock.patch.object(stages, "run_tests", run), \
+                mock.patch.object(stages.speed, "slowdown", return_value=2.0):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
                                 grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
         self.assertEqual(r.verdict, "graded", r.notes)
         self.assertEqual((seen["build_timeout"], seen["timeout"], seen["console_cap"]),
-                         (77, 33, 12345))
+                         (77, 66, 12345))
 
 
 def _answer_lines(spec) -> set[str]:
@@ -409,6 +411,8 @@ class GradescopeTest(unittest.TestCase):
                              text=True, timeout=600, stdin=subprocess.DEVNULL)
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
         self.assertIn("module builds are confined", res.stdout)
+        # The image's speed, measured, and a submission's time at it (issue 32).
+        self.assertRegex(res.stdout, r"mmiolab: speed: a doorbell submission should take ")
         shutil.copy(os.path.join(root, "source", "run_autograder"), root)
         os.makedirs(os.path.join(root, "submission"))
         shutil.copy(DOORBELL.solution_source("mmiowb"),

@@ -108,6 +108,7 @@ class NewPlatformTest(unittest.TestCase):
         def write_results(res, path):
             written.append(path)
             model.atomic_write(path, json.dumps({"points": res.score}))
+            return True
 
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
             cfg = Config(build=BUILD, autograder=os.path.join(tmp, "codegrade"))

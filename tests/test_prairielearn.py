@@ -76,6 +76,11 @@ class ResultsJsonTest(unittest.TestCase):
         doc = prairielearn.results_json(failed)
         self.assertIs(doc["gradable"], False)
         self.assertIn("not counted", doc["message"])
+        slow = stages.not_graded(spec, "s", model.TOO_SLOW, stages.TOO_SLOW_WORDS)
+        doc = prairielearn.results_json(slow)
+        self.assertIs(doc["gradable"], False)
+        self.assertIn("too slow", doc["message"])
+        self.assertIn("not counted", doc["message"])
 
     def test_hidden_tests_never_show_what_they_printed(self):
         for verdict in ("graded", "grader-error"):

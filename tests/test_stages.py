@@ -297,8 +297,9 @@ class FakeGuest:
     HIDDEN_PASS = ["KTAP version 1", "1..2", "ok 1 race_4cpu", "ok 2 race_long"]
 
     def __init__(self, channel="pass.channel.log", console=None, status="exited",
-                 hidden=None, hidden_console="", hidden_status="exited"):
+                 hidden=None, hidden_console="", hidden_status="exited", hidden_boot=0.5):
         self.channel, self.status = channel, status
+        self.hidden_boot = hidden_boot      # None: the guest went down before the harness
         self.console = recorded("pass.console.log") if console is None else console
         self.hidden = self.HIDDEN_PASS if hidden is None else hidden
         self.hidden_console, self.hidden_status = hidden_console, hidden_status
@@ -309,15 +310,15 @@ class FakeGuest:
         os.makedirs(log_dir, exist_ok=True)
         if kw.get("harness"):
             channel = harness(self.hidden + ["# mmiolab harness: end"])
-            console, status = self.hidden_console, self.hidden_status
+            console, status, boot = self.hidden_console, self.hidden_status, self.hidden_boot
         else:
             channel = recorded(self.channel) + harness(["# mmiolab harness: end"])
-            console, status = self.console, self.status
+            console, status, boot = self.console, self.status, 0.5
         log = os.path.join(log_dir, "console.log")
         with open(log, "w") as f:
             f.write(console)
-        res = vm.RunResult(status, 0 if status == "exited" else None, console, channel, 2.0, 0.5,
-                           "tcg", log)
+        res = vm.RunResult(status, 0 if status == "exited" else None, console, channel, 2.0,
+                           boot, "tcg", log)
         return lab.Run(list(seeds), NONCE, res, list(kw.get("append") or []))
 
 
@@ -334,8 +335,10 @@ class StageCase(unittest.TestCase):
         open(ko, "wb").close()
         return stages.Prepared(ko=ko, warnings=kw.pop("warnings", []), **kw)
 
-    def run_stage(self, guest: FakeGuest, ready=None, seeds=(1, 2, 3), **kw) -> stages.Ran:
-        with mock.patch.object(stages, "run_tests", guest):
+    def run_stage(self, guest: FakeGuest, ready=None, seeds=(1, 2, 3), slowdown=1.0,
+                  **kw) -> stages.Ran:
+        with mock.patch.object(stages, "run_tests", guest), \
+                mock.patch.object(stages.speed, "slowdown", return_value=slowdown):
             return stages.run(self.spec, ready or self.prepared(), list(seeds), self.out, **kw)
 
     def ran(self, **guest) -> stages.Ran:
@@ -351,14 +354,18 @@ class StageCase(unittest.TestCase):
 class RunStageTest(StageCase):
     def test_visible_then_hidden_each_in_its_guest(self):
         guest = FakeGuest()
-        ran = self.run_stage(guest, cmds=77, append=("mmiosim.jitter_ns=5",), title="t")
+        ran = self.run_stage(guest, cmds=77, append=("mmiosim.jitter_ns=5",), title="t",
+                             slowdown=3.0)
         visible, hidden = guest.calls
         fabric = stages.fabric_append(self.spec)
         self.assertEqual(visible["append"], fabric + ["mmiosim.jitter_ns=5"])
         self.assertEqual((visible["log_dir"], visible["cmds"], visible["seeds"]),
                          (self.out, 77, [1, 2, 3]))
-        self.assertEqual((visible["timeout"], visible["console_cap"]),
-                         (self.spec.limits.run_timeout, self.spec.limits.console_cap))
+        # The lab's limits, scaled to the machine (speed.slowdown, faked: 3).
+        lim = self.spec.limits
+        self.assertEqual((visible["timeout"], visible["stall_timeout"], visible["console_cap"]),
+                         (lim.run_timeout * 3, lim.stall_timeout * 3, lim.console_cap))
+        self.assertEqual(hidden["timeout"], lim.run_timeout * 3)
         self.assertNotIn("harness", visible)
         self.assertEqual(hidden["append"],
                          stages.fabric_append(self.spec, hidden=True) + ["mmiosim.jitter_ns=5"])
@@ -438,6 +445,53 @@ class ScoreStageTest(StageCase):
             self.assertEqual((t[name].status, t[name].output.splitlines()[-1]),
                              ("error", "the hidden tests did not run"))
 
+    def test_a_run_stuck_without_progress_is_charged_as_a_hang(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="hang"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, "graded")
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("crashed", "failed"))
+
+    def test_a_run_still_progressing_at_its_ceiling_is_not_charged(self):
+        # The same output as a hang, but the run was still making progress:
+        # the grading machine was too slow, which says nothing of the driver.
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="slow"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, model.TOO_SLOW)
+        self.assertEqual(r.notes[0], stages.TOO_SLOW_WORDS)
+        self.assertEqual(t["build"].status, "passed")
+        for name in ("race", "cost", "clean_log", "race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("error", 0), name)
+            self.assertIn(stages.TOO_SLOW_WORDS, t[name].output)
+        words = report.summary_text(r) + "".join(x.output for x in r.tests)
+        for word in ("crash", "hang", "did not finish in time"):
+            self.assertNotIn(word, words.replace("crash, hang", ""))
+
+    def test_a_slow_hidden_run_keeps_what_it_reported(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(hidden=["KTAP version 1", "1..2", "ok 1 race_4cpu"],
+                                  hidden_status="slow"))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, model.TOO_SLOW)
+        self.assertEqual((t["race_4cpu"].status, t["race_long"].status), ("passed", "error"))
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("passed", "passed"))
+
+    def test_a_guest_down_before_its_harness_started_is_not_charged(self):
+        # Seen at half a CPU: the hidden guest oopsed at boot (int3, 1.3 s in)
+        # twice, before the harness had loaded the driver.
+        boot_oops = recorded("crash.console.log")
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(hidden=[], hidden_console=boot_oops, hidden_status="panic",
+                                  hidden_boot=None))
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, "grader-error")
+        self.assertEqual(r.notes[0], stages.NO_BOOT_WORDS)
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("error", 0), name)
+            self.assertIn(stages.NO_BOOT_WORDS, t[name].output)
+        self.assertEqual((t["race"].status, t["clean_log"].status), ("passed", "passed"))
+
     def test_a_warning_in_the_hidden_guest_stays_in_the_hidden_tests(self):
         r = stages.score(self.spec, "alice", self.prepared(), self.ran(hidden_console=WARNING))
         t = self.by_name(r)
@@ -503,6 +557,19 @@ class WriteStageTest(StageCase):
             row, = csv.DictReader(f)
         self.assertEqual((row["student"], row["score"], row["submission"], row["results"]),
                          ("alice", "100", "/class/alice.c", done.files["results"]))
+
+    def test_a_result_too_slow_to_grade_gives_gradescope_no_score(self):
+        # No results.json: Gradescope says the autograder failed, to the
+        # student, and shows the instructor the grader's output; ours stay.
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log", status="slow"))
+        gs = os.path.join(self.tmp, "autograder", "results", "results.json")
+        with mock.patch("sys.stdout"):
+            done = stages.write(r, self.out, platform=PLATFORMS["gradescope"],
+                                platform_results=gs)
+        self.assertFalse(os.path.exists(gs))
+        self.assertEqual(done.platform, "")
+        self.assertTrue(os.path.exists(done.files["results"]))
 
     def test_prairielearns_file(self):
         pl = os.path.join(self.tmp, "grade", "results", "results.json")

@@ -10,7 +10,8 @@
 # (insmod, the test programs) finds the nonce in its environment, its
 # arguments or a file. The host trusts only lines on the harness channel
 # that start with the nonce (say, tag, check), and counts the run as finished
-# only when the end line arrives: this shell prints it as it exits.
+# only when the end line arrives: this shell prints it as it exits. Until
+# then a subshell sends the progress heartbeat (below).
 #
 # Environment: SEEDS (space-separated). For the harness: $first_seed,
 # $nseeds; per_seed sets $k and $seed for the command it runs.
@@ -20,7 +21,21 @@ unset nonce             # (an inherited nonce would be exported)
 read -r nonce < /job/nonce
 rm -f /job/nonce /job/run
 params=/sys/kernel/debug/mmiosim/params
-trap 'say "# mmiolab harness: end"' EXIT
+progress=/tmp/progress
+: > $progress
+# The progress heartbeat: once a second, what the test programs last wrote
+# to $progress (vm/guest/progress.h: the commands or sessions done), tagged.
+# The host (vm.py) calls a run stuck when this stops changing, and slow,
+# not stuck, while it moves; it buys patience up to the run's ceiling and
+# never scores. A subshell of this one: it holds the nonce no less, and
+# no more, than the harness does; it stops with the harness, also one
+# killed (labstats' batches stop a variant that outlasts its time).
+heartbeat() {
+	while sleep 1 && kill -0 $$ 2>/dev/null; do
+		read -r _done < $progress || _done=
+		say "# mmiolab progress ${_done:-0}"
+	done
+}
 
 # shellcheck disable=SC2086 # one word per seed
 set -- $SEEDS
@@ -32,6 +47,9 @@ say() { printf '%s %s\n' "$nonce" "$*" > "$ch"; }
 tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" "$line"; done > "$ch"; }
 # check CMD...: run a test program, then pass its output on, tagged; returns its status.
 check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
+heartbeat &
+heartbeat_pid=$!
+trap 'kill $heartbeat_pid 2>/dev/null; say "# mmiolab harness: end"' EXIT
 # traced CMD...: check CMD under vm/record; the first failing run's trace goes
 # to the host, for the report's picture of the race (RECORD_SEND=fail).
 send=fail

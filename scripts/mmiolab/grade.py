@@ -212,8 +212,9 @@ def _stale(results_json: str, key: dict) -> str:
         old = report.load_results_json(results_json)
     except model.ReportError as e:
         return f"its results.json is unreadable ({e})"
-    if old.verdict == "grader-error":
-        return "it ended in a grader error"
+    if old.verdict in model.NOT_CHARGED:
+        return ("it ended in a grader error" if old.verdict == "grader-error" else
+                "the grading machine was too slow to grade it")
     for k in ("lab", "seeds", "cmds", "append", "kit", "submission"):
         if old.key.get(k) != key[k]:
             what = {"kit": "the grader, lab or kernel changed", "submission": "the submission "

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import bounded, ktap, model, timeline
+from .lab import PROGRESS_LINE
 
 READ_TIMEOUT = 60.0
 READ_MEMORY = 1 << 30
@@ -75,9 +77,20 @@ def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
                    f"<p>{html.escape(shows)}</p>{d.focus_svg or d.svg}")
 
 
+def without_heartbeats(channel: str, nonce: str) -> str:
+    """The channel without the harness's progress heartbeats (vm/harness-lib.sh),
+    which tell the host that the run moves and nothing else. A beat is one
+    write from another process than the one writing the KTAP or a trace, so
+    it may land inside a line of a trace being sent: removed whole, wherever
+    it is, it leaves what the others wrote as they wrote it."""
+    beat = re.compile(re.escape(f"{nonce} {PROGRESS_LINE} ") + r"[0-9]{0,20}\r?\n")
+    return beat.sub("", channel)
+
+
 def read(channel: str, console: str, nonce: str, picture_dir: str = "",
          title: str = "") -> GuestOutput:
     """Parse one run's output in this process (see read_bounded)."""
+    channel = without_heartbeats(channel, nonce)
     parsed = ktap.parse(channel, nonce=nonce)
     trusted, _, _ = ktap.trusted_lines(channel, nonce)
     events = ktap.scan_console(console)

@@ -16,7 +16,10 @@ the guest), where its guest half is written once:
   test programs print plain KTAP that the harness tags, so neither insmod nor
   a test program (the processes a driver runs in) holds it;
 - the run is over when the harness prints END_LINE (tagged) on its channel,
-  and only then (vm.VMConfig.done_marker): not when the guest stops.
+  and only then (vm.VMConfig.done_marker): not when the guest stops;
+- until then it sends PROGRESS_LINE (tagged) once a second with how far the
+  test programs got: the host tells a slow run from a stuck one by it
+  (vm.Patience), and drops it before parsing (guestout.without_heartbeats).
 A driver runs in ring 0 and can still find the nonce in the harness shell's
 memory; Documentation/instructor/threat-model.rst says what that takes.
 """
@@ -33,11 +36,15 @@ from dataclasses import dataclass, field
 
 from . import ROOT, MmiolabError, kernel, ktap, sandbox, vm
 from .config import Config
-from .initramfs import compile_programs
+from .initramfs import GUEST_SRC, compile_programs
 from .labspec import LabSpec
 from .submission import read_regular
 
 END_LINE = "# mmiolab harness: end"
+# The harness's heartbeat, once a second: PROGRESS_LINE and what the test
+# programs last wrote to their progress file (vm/guest/progress.h).
+PROGRESS_LINE = "# mmiolab progress"
+PROGRESS_H = os.path.join(GUEST_SRC, "progress.h")
 
 
 class BuildFailed(MmiolabError):
@@ -303,17 +310,21 @@ def disassemble(ko: str, confined: bool | str = True, cfg: Config | None = None)
 def guest_programs(lab: LabSpec, cfg: Config | None = None) -> dict[str, str]:
     """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
     headers = [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
+    headers.append(PROGRESS_H)
     out = os.path.join((cfg or Config.from_env()).build, "labs", lab.name, "bin")
     return compile_programs(os.path.join(lab.dir, "tests"), out,
-                            ["-pthread", f"-I{lab.dir}"], headers)
+                            ["-pthread", f"-I{lab.dir}", f"-I{GUEST_SRC}"], headers)
 
 
 def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
               append: list[str] | None = None, timeout: float = 90,
               console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
-              smp: int | None = None, cfg: Config | None = None) -> Run:
+              smp: int | None = None, stall_timeout: float = 0.0,
+              cfg: Config | None = None) -> Run:
     """Boot a guest and run the lab's harness (or another: the hidden tests')
-    on the driver, once per seed."""
+    on the driver, once per seed. timeout is the run's ceiling; with a
+    stall_timeout, a run whose harness sends no progress for so long is
+    stuck (vm.Patience)."""
     nonce = ktap.make_nonce()
     harness = harness or lab.harness
     files: dict[str, str | bytes] = {f"/job/{lab.module}.ko": ko,
@@ -326,7 +337,8 @@ def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int =
     command = f"SEEDS='{seed_list}' CMDS={int(cmds)} sh /job/harness.sh"
     options = vm.VMConfig(append=vm.RECORD_APPEND + append, timeout=timeout,
                           console_cap=console_cap, done_marker=f"{nonce} {END_LINE}",
-                          smp=smp or 0, config=cfg)
+                          progress_marker=f"{nonce} {PROGRESS_LINE}",
+                          stall_timeout=stall_timeout, smp=smp or 0, config=cfg)
     res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
         # The guest died before the harness started: nothing of the

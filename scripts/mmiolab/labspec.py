@@ -25,7 +25,15 @@ Schema (``schema = 1``)::
 
     [limits]                              # all optional, defaults below
     build_timeout   = 120                 # seconds for the module build
-    run_timeout     = 90                  # seconds for the whole guest run
+    run_timeout     = 90                  # seconds for a whole guest run on the reference
+                                          # machine (speed.py): scaled by this machine's
+                                          # slowdown, the run's ceiling
+    stall_timeout   = 60                  # seconds a run may make no progress (the
+                                          # harness's heartbeat): then it is stuck, a hang
+    max_slowdown    = 8                   # the most the limits are scaled by
+    cpu_seconds     = 0                   # CPU time one submission of the reference solution
+                                          # takes (build and guests), measured: calibrate's
+                                          # estimate of its time (0: unknown)
     console_cap     = 1048576             # bytes of console kept; more is a flood
     max_file_bytes  = 1048576             # per submitted file
     max_members     = 500                 # entries of an archive submission
@@ -131,6 +139,9 @@ class Limits:
     build's sandbox limits (build()) and the intake's caps (intake())."""
     build_timeout: float = 120.0
     run_timeout: float = 90.0
+    stall_timeout: float = 60.0
+    max_slowdown: float = 8.0
+    cpu_seconds: float = 0.0
     console_cap: int = 1 << 20
     max_file_bytes: int = 1 << 20
     max_members: int = 500
@@ -495,7 +506,8 @@ class _Validator:
 
 def _limits(v: _Validator, table: Any) -> Limits:
     ints = {"console_cap", "max_file_bytes", "max_members", "max_total_bytes"}
-    floats = {"build_timeout", "run_timeout"}
+    floats = {"build_timeout", "run_timeout", "stall_timeout", "max_slowdown",
+              "cpu_seconds"}
     v.keys(table, "limits", required=set(), optional=ints | floats)
     vals = {k: v.number(table, k, "limits", integer=k in ints) for k in table}
     return Limits(**{k: (int(x) if k in ints else float(x)) for k, x in vals.items()})

@@ -17,7 +17,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from . import ktap, stages, vm
+from . import guestout, ktap, stages, vm
 from .config import Config
 from .initramfs import HARNESS_LIB
 from .lab import END_LINE, build_driver, guest_programs
@@ -95,7 +95,7 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
              seconds: float, hidden: bool = False, partial: bool = False) -> dict[str, Tally]:
     """A Tally per per-seed test. A seed with no result failed, unless partial
     (a run stopped at its time budget): then only the seeds that reported count."""
-    parsed = ktap.parse(channel, nonce=nonce)
+    parsed = ktap.parse(guestout.without_heartbeats(channel, nonce), nonce=nonce)
     tallies = {}
     for graded in spec.per_seed_tests:
         if graded.source != ("hidden" if hidden else "ktap"):

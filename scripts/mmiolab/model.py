@@ -90,6 +90,13 @@ class Replay:
         return "; ".join(parts) + "; fabric: " + ", ".join(fabric)
 
 
+# Verdicts that are the grader's failure, not the student's: no platform counts
+# them. grader-too-slow: a guest was still making progress when its time ran
+# out (vm.Patience: "slow"), the grading machine was too slow.
+TOO_SLOW = "grader-too-slow"
+NOT_CHARGED = ("grader-error", TOO_SLOW)
+
+
 @dataclass
 class GradeResult:
     """Everything the outputs need about one graded submission."""

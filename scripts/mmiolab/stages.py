@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import guestout, kernel, ktap, model, objcheck, report, submission
+from . import guestout, kernel, ktap, model, objcheck, report, speed, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
 from .lab import (BuildFailed, Run, build_driver, build_text, confinement_level, disassemble,
@@ -51,6 +51,16 @@ from .labspec import GradedTest, LabSpec, boot_words
 from .platforms import Platform
 
 BUILD_FAILED = "build-failed"
+# A guest was still making progress when its time ran out (vm: "slow"):
+# model.TOO_SLOW, in the student's words.
+TOO_SLOW_WORDS = ("not graded: the grading machine was too slow to finish the tests in the time "
+                  "it allows (they were still making progress when it ran out). This says "
+                  "nothing about your driver and is not counted; your instructor is told.")
+# A guest that went down before its harness started (vm.RunResult.boot_seconds
+# None), twice (lab.run_tests boots once more): the driver was not loaded yet.
+NO_BOOT_WORDS = ("not graded: the test guest failed while booting, before your driver was "
+                 "loaded (twice): a fault of the grading machine, not of your driver; not "
+                 "counted, and your instructor is told.")
 UNCONFINED_FLAG = ("the build ran unconfined (--allow-unconfined-build): it could read any "
                    "file the grader can")
 
@@ -214,12 +224,21 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
               timeout: float | None = None, console_cap: int | None = None,
               cfg: Config | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
-    fabric) over the seeds, under the lab's fabric plus `append`. The time and
-    console limits are the lab's unless given."""
-    kw = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} if hidden else {}
+    fabric) over the seeds, under the lab's fabric plus `append`. The console
+    limit is the lab's unless given. A timeout given is the run's whole time;
+    else the lab's limits, scaled to this machine (speed.slowdown), tell slow
+    from stuck (vm.Patience): no progress for stall_timeout is a hang, the
+    ceiling reached while progressing is "slow"."""
+    kw: dict[str, Any] = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} \
+        if hidden else {}
+    if timeout is None:
+        lim = spec.limits
+        factor = speed.slowdown(spec.hidden_smp if hidden else (cfg or Config.from_env()).smp,
+                                lim.max_slowdown)
+        timeout = lim.run_timeout * factor
+        kw["stall_timeout"] = lim.stall_timeout * factor
     return run_tests(spec, ko, seeds, log_dir, cmds=cmds,
-                     append=fabric_append(spec, hidden=hidden) + list(append),
-                     timeout=spec.limits.run_timeout if timeout is None else timeout,
+                     append=fabric_append(spec, hidden=hidden) + list(append), timeout=timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
                      cfg=cfg, **kw)
 
@@ -472,13 +491,47 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
+    verdict = "graded"
+    runs = [r.result for r in (ran.visible, ran.hidden) if r is not None]
+    slow = [r for r in runs if r.status == "slow"]
+    unbooted = [r for r in runs if r.status != "exited" and r.boot_seconds is None]
+    if slow:
+        # clean_log failed only because the run did not finish: not the driver's.
+        verdict = model.TOO_SLOW
+        _not_charged(spec, tests, TOO_SLOW_WORDS, slow[0].describe(),
+                     clean_log=res.status == "slow" and not events and not seen.problem)
+    elif unbooted:
+        # What its console shows is the boot's, before the driver was loaded.
+        verdict = "grader-error"
+        _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
+                     clean_log=res.boot_seconds is None)
+    if verdict != "graded":
+        notes.insert(0, TOO_SLOW_WORDS if slow else NO_BOOT_WORDS)
     return model.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
-        console_log=os.path.relpath(res.log, ran.out_dir), verdict="graded", notes=notes,
+        console_log=os.path.relpath(res.log, ran.out_dir),
+        verdict=verdict, notes=notes,
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds,
         confinement=ready.confinement)
+
+
+def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], words: str, why: str,
+                 clean_log: bool) -> None:
+    """A run ended by the grading machine's fault (too slow, or down before the
+    harness started): the tests it never reported (crashed, or not run) and,
+    if `clean_log`, clean_log are errors in `words`, the grader's, never the
+    driver's; what did report stands, for the instructor."""
+    for t in tests:
+        g = spec.test(t.name)
+        if t.name == "clean_log":
+            if not clean_log or t.status == "passed":
+                continue
+        elif g.source == "host" or t.status in ("passed", "failed", "skipped"):
+            continue
+        t.status, t.score = "error", 0.0
+        t.output = f"{g.description}\n\n{words}\n({why})"
 
 
 # ---------------------------------------------------------------------------- write
@@ -502,7 +555,7 @@ def write(result: model.GradeResult, out_dir: str, *, gradebook: str = "", sourc
     if gradebook:
         done.gradebook = update_gradebook(gradebook,
                                                  [(result, done.files["results"], source)])
-    if platform is not None and platform_results:
-        platform.write_results(result, platform_results)
+    if platform is not None and platform_results and platform.write_results(result,
+                                                                           platform_results):
         done.platform = platform_results
     return done

@@ -12,6 +12,15 @@ end line on the channel, carrying the run's nonce. Then the run is "exited"
 only once that line has arrived, and the host stops the guest itself; a guest
 that goes down any other way (isa-debug-exit, a reboot, a power-off: all
 within reach of a driver) is "unfinished", whatever status it reported.
+
+A grading run also tells slow from stuck (VMConfig.progress_marker,
+stall_timeout): the harness sends a progress heartbeat, and any other tagged
+line or trace data on the channel is progress too. A run that makes no
+progress for stall_timeout seconds once the harness has started is stuck:
+"hang". A run still making progress when its whole time (timeout, the
+ceiling) runs out, and after, is "slow": the grading machine was too slow,
+which says nothing about the driver. Progress only buys patience up to the ceiling; it
+never decides a verdict.
 """
 
 from __future__ import annotations
@@ -76,6 +85,11 @@ class VMConfig:
     accel: str = ""               # auto | kvm | tcg
     console_cap: int = 4 << 20
     done_marker: str = ""         # a channel line that ends the run (grading)
+    # Slow or stuck (grading): the heartbeat's tagged prefix ("NONCE # mmiolab
+    # progress"), and the seconds without progress that make a run stuck (0:
+    # no stall limit; the timeout alone ends it, as "hang").
+    progress_marker: str = ""
+    stall_timeout: float = 0.0
     build: str = ""               # where runs' logs and the KVM probe's verdict go
     monitor: str | None = None    # debugging: a QEMU monitor socket ("" none)
     config: InitVar[Config | None] = None
@@ -100,7 +114,8 @@ class VMConfig:
 
 @dataclass
 class RunResult:
-    status: str                 # exited | panic | hang | flood | no-status | unfinished | qemu-error
+    # exited | panic | hang | slow | flood | no-status | unfinished | qemu-error
+    status: str
     exit_code: int | None       # the guest command's exit status, when it exited
     console: str
     channel: str
@@ -108,16 +123,27 @@ class RunResult:
     boot_seconds: float | None  # QEMU start to the job's first line
     accel: str
     log: str
+    # The limits that applied (a "hang" or "slow" run: the one that ended it):
+    # the whole run's (the ceiling), and no progress for so long (0: none).
+    timeout: float = 0.0
+    stall_timeout: float = 0.0
+    beats: int = 0              # progress heartbeats seen
 
     @property
     def ok(self) -> bool:
         return self.status == "exited" and self.exit_code == 0
 
     def describe(self) -> str:
+        hang = "the guest did not finish in time and was killed (hang)"
+        if self.stall_timeout:
+            hang = (f"the guest made no progress for {self.stall_timeout:.0f}s and was killed "
+                    f"(hang: stuck, not slow)")
         what = {
             "exited": f"guest command exited with status {self.exit_code}",
             "panic": "the guest kernel panicked (oops or panic; see the console log)",
-            "hang": "the guest did not finish in time and was killed (hang)",
+            "hang": hang,
+            "slow": (f"the grading machine was too slow: the guest was still making progress "
+                     f"when its {self.timeout:.0f}s ran out (not a fault of the driver)"),
             "flood": "the guest flooded the console and was stopped",
             "no-status": "the guest went down without reporting a status",
             "unfinished": "the guest went down before the harness said it had finished",
@@ -427,7 +453,8 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
         record = _record(cfg.build, proc, cmd, [initrd])
         console = _ConsoleReader(proc, console_path, cfg.console_cap, t0)
         done = _MarkerWatch(channel_path, cfg.done_marker)
-        status = _watch(proc, cfg, console, done, channel_path, t0)
+        patience = Patience(cfg.progress_marker, cfg.stall_timeout, cfg.timeout, t0)
+        status = _watch(proc, cfg, console, done, channel_path, t0, patience)
         rc, stderr = _reap(proc, console)
     except BaseException:
         # Ctrl-C in this thread, or a grader bug: QEMU is in its own group,
@@ -448,7 +475,8 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
         status, exit_code, text = _classify(cfg.done_marker, console.flood, done.seen(), rc,
                                                 stderr, text)
     return RunResult(status, exit_code, text, _read_channel(channel_path, cfg.console_cap),
-                     seconds, console.boot, accel, console_path)
+                     seconds, console.boot, accel, console_path, cfg.timeout,
+                     patience.stall if status == "hang" else 0.0, patience.beats)
 
 
 class _ConsoleReader:
@@ -494,15 +522,101 @@ class _ConsoleReader:
         return self.buf.decode(errors="replace")
 
 
+class Patience:
+    """Slow or stuck: what the channel says about a run's progress, and the
+    verdict when a limit is reached (None while the run may go on).
+
+    feed() takes what is new on the channel. Progress is a heartbeat
+    ('MARKER VALUE') whose value changed, or any other line carrying the
+    marker's nonce (the harness's own); a heartbeat with the same value only
+    says the guest is alive, and untagged data (a trace vm/record sends)
+    nothing: the harness's heartbeat goes on meanwhile. The stall clock starts when
+    the harness starts (started()): a boot is bounded by the ceiling alone.
+    With no marker or no stall limit, the ceiling is a "hang", as before."""
+
+    def __init__(self, marker: str, stall: float, ceiling: float, t0: float):
+        self.marker = marker.encode()
+        self.tag = self.marker.split(b" ", 1)[0] + b" " if marker else b""
+        self.stall = stall if marker else 0.0
+        self.deadline = t0 + ceiling
+        self.progress_at: float | None = None   # None: the harness has not started
+        self.value: bytes | None = None
+        self.beats = 0
+        self.partial = b""
+
+    def started(self, now: float) -> None:
+        if self.progress_at is None:
+            self.progress_at = now
+
+    def feed(self, data: bytes, now: float) -> None:
+        if not self.marker or not data:
+            return
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()[-4096:]       # the rest of a long line is not a beat
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if not line.startswith(self.tag):
+                continue
+            if line.startswith(self.marker + b" "):
+                self.beats += 1
+                value = line[len(self.marker) + 1:]
+                if value == self.value:
+                    continue                     # alive, no further
+                self.value = value
+            self.started(now)
+            self.progress_at = now
+
+    def verdict(self, now: float) -> str | None:
+        """"hang" (stuck: no progress for stall seconds; or the ceiling with
+        no stall limit, or before the harness started), "slow" (progress
+        seen after the ceiling), or None. At the ceiling a run waits for one
+        or the other: progress just before it may have been the last (a
+        driver stuck from then on, measured: a doorbell driver that stopped
+        returning was called slow when the stall limit equalled the ceiling),
+        so only progress after it says slow; the wait is at most the stall
+        limit."""
+        if self.stall and self.progress_at is not None and now - self.progress_at > self.stall:
+            return "hang"
+        if now > self.deadline:
+            if not self.stall or self.progress_at is None:
+                return "hang"
+            if self.progress_at > self.deadline:
+                return "slow"
+        return None
+
+
+class _ChannelTail:
+    """What is new in a file (the harness channel) at each call."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.pos = 0
+
+    def read(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(1 << 20)
+        except OSError:
+            return b""
+        self.pos += len(data)
+        return data
+
+
 def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
-           done: _MarkerWatch, channel_path: str, t0: float) -> str | None:
+           done: _MarkerWatch, channel_path: str, t0: float,
+           patience: Patience) -> str | None:
     """Wait for QEMU to end, or end it: at the done marker (returns None), at
-    the timeout ("hang"), a panic QEMU outlives ("panic") or a flood of the
-    channel (console.flood; returns None)."""
-    deadline = t0 + cfg.timeout
+    a limit (patience: "hang" stuck, "slow" at the ceiling while progressing),
+    a panic QEMU outlives ("panic") or a flood of the channel (console.flood;
+    returns None)."""
     status = None
+    tail = _ChannelTail(channel_path)
     while proc.poll() is None:
         now = time.monotonic()
+        if console.boot is not None:
+            patience.started(t0 + console.boot)
+        patience.feed(tail.read(), now)
         if done.seen():
             # The harness has finished: the run is over whatever the guest
             # does next. Its own exit path usually ends QEMU at once.
@@ -511,11 +625,11 @@ def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
             except subprocess.TimeoutExpired:
                 proc.kill()
             break
-        if now > deadline:
-            status = "hang"
-        elif console.panic_at is not None and now - console.panic_at > 5:
+        status = patience.verdict(now)
+        if not status and console.panic_at is not None and now - console.panic_at > 5:
             status = "panic"     # panic=-1 should have ended QEMU already
-        elif os.path.exists(channel_path) and os.path.getsize(channel_path) > cfg.console_cap:
+        elif not status and os.path.exists(channel_path) and \
+                os.path.getsize(channel_path) > cfg.console_cap:
             console.flood = True
         if status or console.flood:
             proc.kill()

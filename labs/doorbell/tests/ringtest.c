@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "ringdrv_ioctl.h"
+#include "progress.h"
 
 #define BATCH		16	/* commands per submission: keeps the lock contended */
 
@@ -129,6 +130,7 @@ static void *work(void *arg)
 				w->ok++;
 			}
 		}
+		progress(base + n);	/* the heartbeat's: the run moves */
 	}
 	return NULL;
 }
@@ -238,6 +240,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	w = calloc(threads, sizeof(*w));
+	progress_open();
 	pthread_barrier_init(&start, NULL, threads);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (i = 0; i < threads; i++) {

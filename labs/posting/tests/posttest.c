@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "postdrv_ioctl.h"
+#include "progress.h"
 
 #define PARAMS		"/sys/kernel/debug/mmiosim/params"
 #define CARD_PARAMS	"/sys/kernel/debug/mmiosim/ring0/params"
@@ -259,6 +260,7 @@ int main(int argc, char **argv)
 		    number, name, strerror(errno));
 		return 1;
 	}
+	progress_open();
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	x = seed;
 	for (i = 0; i < cycles; i++) {
@@ -326,6 +328,7 @@ next:
 			first = i + 1;
 			break;
 		}
+		progress(i + 1);	/* the heartbeat's: the run moves */
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;

@@ -61,4 +61,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo", "build the kit and show it working"),
     "trace-timeline": ("trace_timeline", "trace-timeline", "record the docs' doorbell traces"),
     "coldstart": ("coldstart", "coldstart", "time a cold clone's make demo and make check"),
+    "calibrate": ("calibrate", "kit calibrate",
+                  "measure this machine's guest speed and a submission's time here"),
 }

@@ -32,6 +32,7 @@ from .. import initramfs, kernel, labspec
 from ..config import Config
 from ..grade import GradeOptions, entries_for, grade_batch, grade_one
 from ..lab import confinement
+from ..model import NOT_CHARGED
 from ..platforms import PLATFORMS
 
 
@@ -95,6 +96,10 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         # "hidden"), PrairieLearn in the grading job's log.
         for f in r.flags:
             print(f"grade: flagged for the instructor: {f}")
+        if r.verdict in NOT_CHARGED:
+            # The platform's error output, for the instructor: not the student's.
+            print("grade: not counted: " + "\n".join(r.notes[:3]), file=sys.stderr)
+            return 1
         return 0
     if not args.submissions:
         args.parser.error("no submissions given")
@@ -105,4 +110,4 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     results = grade_batch(spec, entries, opts, jobs=jobs,
                           progress=lambda line: print(line, flush=True))
     print(f"grade: gradebook {os.path.join(opts.out, 'gradebook.csv')}")
-    return 0 if all(r.verdict != "grader-error" for r in results) else 1
+    return 0 if all(r.verdict not in NOT_CHARGED for r in results) else 1

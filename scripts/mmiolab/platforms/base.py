@@ -30,7 +30,7 @@ class Platform:
     root_setting: str          # the Config field of the container's root (/autograder)
     student: str               # the submission's folder, under the root
     results: str               # the results file the platform reads, under the root
-    write_results: Callable[[GradeResult, str], None]
+    write_results: Callable[[GradeResult, str], bool]   # whether it wrote the file
     problems: Callable[[Any], list[str]]     # what in a results document it would refuse
     pack_module: str           # its packer (pack(spec, out_dir, ...), default_out(cfg))
 

@@ -20,3 +20,9 @@ find labs -mindepth 2 -maxdepth 2 -name hidden -type d -exec chmod -R go-rwx {} 
 /usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
 from mmiolab.lab import setup_confinement
 print(setup_confinement()[1])'
+# How fast this image runs the lab guest, and how long a submission will take
+# here against Gradescope's default limit of 10 minutes (a short guest). Where
+# the image is built on a machine other than the grading one, it says so of
+# the builder; graded runs measure their own machine again.
+scripts/kit calibrate --platform "Gradescope (default)" --budget 600 ||
+	echo "mmiolab: WARNING: see above: submissions may not fit Gradescope's time limit"

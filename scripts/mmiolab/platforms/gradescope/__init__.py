@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...model import GradeResult
+from ...model import NOT_CHARGED, GradeResult
 from ...report import write_results_json
 from ..base import Platform
 
@@ -81,10 +81,18 @@ def problems(doc: Any) -> list[str]:
     return bad
 
 
-def write_results(result: GradeResult, path: str) -> None:
-    """results.json where Gradescope reads it (its folder made if need be)."""
+def write_results(result: GradeResult, path: str) -> bool:
+    """results.json where Gradescope reads it (its folder made if need be);
+    whether it was written. A result not counted (model.NOT_CHARGED: the
+    grading machine's fault) writes none: Gradescope then tells the student
+    that the autograder failed, not a score of theirs, and shows the
+    instructor this output."""
+    if result.verdict in NOT_CHARGED:
+        print(f"mmiolab: {result.notes[0] if result.notes else result.verdict}", flush=True)
+        return False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_results_json(result, path)
+    return True
 
 
 PLATFORM = Platform(

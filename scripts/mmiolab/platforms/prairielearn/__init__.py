@@ -55,7 +55,7 @@ import base64
 import json
 from typing import Any
 
-from ...model import _WHY, GradeResult, _num, atomic_write
+from ...model import _WHY, NOT_CHARGED, TOO_SLOW, GradeResult, _num, atomic_write
 from ...report import _clean_obj, _clean_text, summary_text
 from ..base import Platform
 
@@ -120,11 +120,15 @@ def results_json(result: GradeResult) -> dict[str, Any]:
                       "points": sum(t.score for t in held),
                       "max_points": sum(t.max_score for t in held),
                       "message": HIDDEN_MESSAGE, "output": ""})
-    gradable = result.verdict != "grader-error"
+    gradable = result.verdict not in NOT_CHARGED
     if gradable:
         message = (f"mmiolab {result.lab}: {_num(result.score)}/{_num(most)}"
                    + ("" if result.verdict == "graded" else
                       f" (not graded in the guest: {result.verdict})"))
+    elif result.verdict == TOO_SLOW:
+        message = ("The grading machine was too slow to finish the tests (they were still "
+                   "making progress when its time ran out), not your code: it is not "
+                   "counted. Submit again later, or tell the course staff.")
     else:
         message = ("The grader failed on this submission, not your code: it is not "
                    "counted. Submit again later, or tell the course staff.")
@@ -166,8 +170,11 @@ def _fit(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def write_results(result: GradeResult, path: str) -> None:
+def write_results(result: GradeResult, path: str) -> bool:
+    """results.json where PrairieLearn reads it, always (a result not counted
+    is "not gradable" there: results_json)."""
     atomic_write(path, json.dumps(results_json(result), indent=2, ensure_ascii=False) + "\n")
+    return True
 
 
 def problems(doc: Any) -> list[str]:
