@@ -56,18 +56,19 @@ class GradescopeContainerTest(unittest.TestCase):
                 runs = {o["submission"]: o for o in json.load(f)}
         starter, sol = runs["starter"], runs[solution]
         for o in (starter, sol):
-            with self.subTest(submission=o["submission"]):
-                # A results.json Gradescope accepts: not a refusal, not invalid.
-                self.assertEqual(o["problem"], "", f"{o['verdict']}\n(log {o['log']})")
-                self.assertNotIn(o["confinement"], ("not said", "unconfined",
-                                                    "none (unconfined build)"),
-                                 "the result must name the confinement that ran")
+            # A results.json Gradescope accepts: not a refusal, not invalid.
+            self.assertEqual(o["problem"], "", f"{o['submission']}: {o['verdict']}\n"
+                             f"(log {o['log']})")
+            self.assertNotIn(o["confinement"], ("not said", "unconfined",
+                                                "none (unconfined build)"),
+                             f"{o['submission']}: the result must name the confinement")
+        self.assertTrue(starter["failed"], "the starter failed no test")
         self.assertLess(starter["score"], starter["max_score"], starter["verdict"])
         with open(starter["results"]) as f:
-            failed = [t for t in json.load(f)["tests"] if t["score"] < t["max_score"]]
-        self.assertTrue(failed, "the starter lost points in no test")
-        self.assertTrue(any(t.get("output", "").strip() for t in failed),
-                        "a failed test must say why")
+            why = [t.get("output", "").strip() for t in json.load(f)["tests"]
+                   if t["name"] in starter["failed"]]
+        self.assertTrue(all(why), "each failed test must say why")
+        self.assertEqual(sol["failed"], [], f"{sol['verdict']} (log {sol['log']})")
         self.assertEqual(sol["score"], sol["max_score"], f"{sol['verdict']} (log {sol['log']})")
 
 
