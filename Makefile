@@ -10,7 +10,7 @@ SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 BUILD := $(or $(MMIOLAB_BUILD),build)
 
 .PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
-	gradescope prairielearn cleanroots clean help full-kit
+	gradescope prairielearn cleanroots containers clean help full-kit
 
 all: kernel initramfs
 
@@ -98,6 +98,18 @@ cleanroots: full-kit
 			>$$log 2>&1; then v=ok; else v=FAILED; fails=$$((fails + 1)); fi; \
 		echo "mmiolab: cleanroots: $$r $$c: $$v in $$(( $$(date +%s) - t0 ))s ($$log)"; \
 	done; done; exit $$((fails > 0))
+
+## make containers  grade LAB's (default every lab's) starter, reference solutions and three
+##                  wrong fixes in Gradescope's and PrairieLearn's kind of container: Docker,
+##                  its default seccomp profile, the platform's default CPU and memory, Debian
+##                  13 and 12 images (root; docker.io, debootstrap: scripts/deps containers;
+##                  KIT=dir tests another kit tree; BASES=, PLATFORMS=, RUNS= to choose)
+BASES ?= trixie bookworm
+PLATFORMS ?= gradescope prairielearn
+containers: full-kit
+	@$(PY) scripts/containers $(if $(KIT),--kit '$(KIT)') $(if $(LAB),--lab $(LAB)) \
+		$(foreach b,$(BASES),--release $(b)) $(foreach p,$(PLATFORMS),--platform $(p)) \
+		$(if $(RUNS),--runs $(RUNS))
 
 # A student handout (scripts/handout) has no solutions, tests or doc sources.
 full-kit:

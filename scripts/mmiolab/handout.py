@@ -58,6 +58,7 @@ SECRET_DIRS = ANSWER_DIRS + ("hidden",)
 # Instructor tools: they run the solutions and fixtures, or pack handouts (each a
 # script and its command module: python3 -m mmiolab says they are not in the kit).
 INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scripts/trace-timeline",
+                    "scripts/containers",
                     "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py",
                     "scripts/mmiolab/commands/demo.py", "scripts/mmiolab/commands/handout.py",
                     "scripts/mmiolab/commands/labstats.py",
