@@ -49,7 +49,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import MmiolabError
@@ -419,7 +419,7 @@ def _mark_late(tr: Trace) -> None:
 # --- what a run shows --------------------------------------------------------
 
 
-def first_reordering(tr: Trace, off: int | None = None):
+def first_reordering(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The first doorbell (off: by default the card's) that arrived stale, and the
     later-posted one it arrived after.
 
@@ -438,7 +438,7 @@ def first_reordering(tr: Trace, off: int | None = None):
     return None
 
 
-def first_late_interrupt(tr: Trace):
+def first_late_interrupt(tr: Trace) -> tuple[Write | None, Return, Irq] | None:
     """The first late interrupt of the card: (the disabling write, the return of the
     call that posted it, the interrupt), or None."""
     late = next((q for q in tr.irqs if q.late), None)
@@ -449,7 +449,7 @@ def first_late_interrupt(tr: Trace):
     return ret.disabled, ret, late
 
 
-def first_early_return(tr: Trace):
+def first_early_return(tr: Trace) -> Return | None:
     """The first call that posted an interrupt disable and returned before the
     write reached the card (what the posting lab's test asks the card), or None."""
     return next((r for r in sorted(tr.returns, key=lambda r: r.lineno)
@@ -457,7 +457,8 @@ def first_early_return(tr: Trace):
                  and (r.disabled.arrive is None or r.disabled.arrive > r.ts)), None)
 
 
-def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None):
+def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
+                  ) -> tuple[Write, Write] | None:
     """A lock hand-over: a doorbell, then the next doorbell, from another CPU.
 
     Among such pairs, picks one where the first CPU's barrier (barrier:
@@ -493,7 +494,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None):
     return (best[1], best[2]) if best else None
 
 
-def last_crossing(tr: Trace, off: int | None = None):
+def last_crossing(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The last two consecutive doorbells posted from different CPUs, or None."""
     off = ring().doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
@@ -628,15 +629,15 @@ def find(tr: Trace) -> Finding | None:
     return None
 
 
-def _with_doorbell_before(tr: Trace, w: Write) -> list:
+def _with_doorbell_before(tr: Trace, w: Write) -> list[Write]:
     """w and the last doorbell posted before it (the commands still in flight)."""
     db = ring().doorbell
     before = [o for o in tr.writes.values() if o.off == db and o.seq < w.seq and o.lines]
     return [max(before, key=lambda o: o.seq), w] if before else [w]
 
 
-def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300,
-                  upto: int = 0):
+def excerpt_lines(tr: Trace, pair: Sequence[Write], context_writes: int = 1,
+                  max_lines: int = 300, upto: int = 0) -> list[int]:
     """The line numbers (1-based, sorted) of an excerpt around writes.
 
     From the earliest post of `pair` (one or more Writes; and the posts of
@@ -670,7 +671,8 @@ def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300
     return lines
 
 
-def _thinned(tr: Trace, keep, centre: int, lines: list, max_lines: int) -> list:
+def _thinned(tr: Trace, keep: list[Write], centre: int, lines: list[int], max_lines: int
+             ) -> list[int]:
     """At most max_lines of lines: all those of the writes in keep, then, nearest
     centre first, other events, a write only with all its lines."""
     window = set(lines)
@@ -695,12 +697,12 @@ class Drawing:
     excerpt: str            # the excerpt as text: header lines, then the trace lines
     finding: Finding | None
     summary: str            # one line: what the whole trace holds
-    warnings: list
+    warnings: list[str]
     # The first screen: the finding's writes and the few around them, drawn
     # for a desktop and for a phone, and the same in words.
     focus_svg: str = ""
     focus_narrow_svg: str = ""
-    words: list = field(default_factory=list)
+    words: list[str] = field(default_factory=list)
     focus_writes: int = 0   # writes on the first screen (of all the excerpt's complete ones)
     excerpt_writes: int = 0
 
@@ -779,13 +781,13 @@ def summarize(tr: Trace) -> str:
 
 
 def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
-         header: dict | None = None) -> Drawing:
+         header: Mapping[str, str] | None = None) -> Drawing:
     """Find what a recorded trace shows, cut an excerpt around it and draw it.
 
     header: extra "# key: value" lines for the excerpt (after the trace's own).
     """
     tr = parse(text)
-    warnings = []
+    warnings: list[str] = []
     if tr.lost:
         warnings.append(f"the trace buffer was full: its {tr.lost} oldest events were "
                         "overwritten, so the trace holds the end of the run only (in the lab "
@@ -1322,7 +1324,8 @@ def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool)
 HIGHLIGHT = "#ffcc33"
 
 
-def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
+def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
+                ) -> tuple[ET.Element, ET.Element, Callable[[str], str]]:
     """The svg element, its title, description, style and arrow heads, the
     lanes' backgrounds and labels: (svg, the group to draw in, arrow(colour))."""
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "mmiosim-timeline",
@@ -1354,7 +1357,7 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
                      refY="5", markerWidth="6", markerHeight="6", orient="auto")
         _el(marker, "path", d="M0,0 L10,5 L0,10 z", fill=c)
 
-    def arrow(colour):
+    def arrow(colour: str) -> str:
         return f"url(#{ident}-arr{palette.index(colour)})"
     _el(g, "rect", x=0, y=0, width=L.width, height=L.height, fill="white")
     for i, line in enumerate(L.title_lines):
@@ -1447,7 +1450,8 @@ def _draw_interrupts(g: ET.Element, L: _Layout, labels: _Labels) -> None:
                      region=(0, top, L.width, top + hgt))
 
 
-def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Labels) -> None:
+def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbell: int,
+                 labels: _Labels) -> None:
     dev_top, dev_h = L.lane[("device", 0)]
     b_top, b_h = L.lane[("bridge", 0)]
     dev_region = (0, dev_top, L.width, dev_top + dev_h)
@@ -1457,11 +1461,11 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
     too_late = {r.disabled.seq for r in L.rets if any(q.late and q.lineno > r.lineno for q in L.irqs)
                 or r.disabled.arrive is None or r.disabled.arrive > r.ts}
 
-    def qy(w):
+    def qy(w: Write) -> int:
         top, _ = L.lane[("cpu", w.cpu)]
         return top + 26 + L.q_rows[w.seq] * L.row_h
 
-    def by(w):
+    def by(w: Write) -> int:
         return b_top + 24 + L.b_rows[w.seq] * L.row_h
 
     # The finding's writes first (their labels are placed before any other),
@@ -1509,10 +1513,10 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
             _el(item, "line", x1=_f(xp), y1=wy, x2=_f(xd), y2=wy, stroke=colour,
                 stroke_width=thick, stroke_opacity="0.55")
             text = mark[0] if mark else _queue_label(w, doorbell, disables)
-            bold = ";font-weight:bold" if mark else ""
+            weight = ";font-weight:bold" if mark else ""
             labels.place(item, text, [(xp - 5, wy + 4, "end"), (xd + 5, wy + 4, "start"),
                                       (xp, wy - 5, "start")], 11, mono=True, bold=bool(mark),
-                         cls="code", style=f"fill:{colour}{bold}",
+                         cls="code", style=f"fill:{colour}{weight}",
                          region=(0, top + 14, L.width, top + hgt))
         # into the bridge
         _el(item, "line", x1=_f(xd), y1=wy, x2=_f(xd), y2=wb, stroke=hot,
@@ -1554,7 +1558,8 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
     _draw_groups(g, L, labels, doorbell, qy, by)
 
 
-def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int, qy, by) -> None:
+def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int,
+                 qy: Callable[[Write], int], by: Callable[[Write], int]) -> None:
     """One bar, one label for each run of writes that waited together."""
     dev_top, dev_h = L.lane[("device", 0)]
     b_top, b_h = L.lane[("bridge", 0)]
@@ -1647,7 +1652,9 @@ def recordings_in(data: str) -> list[Recording]:
     """The recordings vm/record sent on a serial line (gzip'd, base64'd, between
     marker lines), in the order sent; everything between them is ignored. Each
     is inflated to at most MAX_RECORDING bytes."""
-    out, cur, body = [], None, []
+    out: list[Recording] = []
+    cur: int | None = None
+    body: list[str] = []
     for line in data.replace("\r", "").split("\n"):
         m = RECORD_RE.match(line) if len(line) < 80 else None
         if m and m.group(2) == "begin":
