@@ -508,9 +508,14 @@ def _us(ns: int) -> str:
 
 
 def describe_reordering(old: Write, new: Write) -> str:
+    # A recording whose per-CPU trace buffer overflowed can lack a write's
+    # drain line: the order the card saw still stands, the lead does not.
+    lead = (f"{(old.drain - new.drain) / 1000:.2f} \u00b5s earlier"
+            if old.drain is not None and new.drain is not None else
+            "earlier (the trace lost one of the two drain times)")
     return (f"CPU {old.cpu} wrote doorbell {old.val} (seq={old.seq}); CPU {new.cpu} wrote "
             f"{new.val} (seq={new.seq}) after it, which entered the bridge "
-            f"{(old.drain - new.drain) / 1000:.2f} \u00b5s earlier (seq={old.seq} overtaken); "
+            f"{lead} (seq={old.seq} overtaken); "
             f"the card saw {new.val} and then {old.val}: a stale doorbell")
 
 
