@@ -83,6 +83,19 @@ class TimelineTest(unittest.TestCase):
         self.assertIn(">overtook seq=838</text>", d.svg)
         self.assertIn("1 stale doorbells", d.summary)
 
+    def test_a_lost_drain_line_is_said_not_a_crash(self):
+        """A recording whose trace buffer lost the overtaken write's drain line:
+        the stale doorbell is still found and said, the lead in time is not
+        (it raised TypeError, which the bounded reader turned into a crash)."""
+        path = os.path.join(os.path.dirname(__file__), "data", "traces",
+                            "doorbell-starter.txt.gz")
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            text = "".join(line for line in f
+                           if not ("mmiosim_drain:" in line and " seq=723 " in line))
+        d = timeline.draw(text, title="lost drain")
+        self.assertEqual(d.finding.kind, "stale-doorbell")
+        self.assertIn("the trace lost one of the two drain times", d.finding.text)
+
     def test_long_excerpt_is_thinned_not_dropped(self):
         """A long-stalled doorbell spans hundreds of other writes: the excerpt
         keeps it and its neighbour whole, and whole writes nearest it."""

@@ -290,9 +290,10 @@ class TemplateTest(unittest.TestCase):
     def test_every_template_is_used(self):
         from mmiolab import template
         code = ""
-        for name in os.listdir(os.path.join(ROOT, "scripts", "mmiolab")):
-            if name.endswith(".py"):
-                with open(os.path.join(ROOT, "scripts", "mmiolab", name), encoding="utf-8") as f:
-                    code += f.read()
+        for top, _, names in os.walk(os.path.join(ROOT, "scripts", "mmiolab")):
+            for name in names:
+                if name.endswith(".py"):
+                    with open(os.path.join(top, name), encoding="utf-8") as f:
+                        code += f.read()
         for name in os.listdir(template.TEMPLATES):
             self.assertIn(f'"{name}"', code, f"templates/{name} is not used")

@@ -337,15 +337,25 @@ class JailTest(unittest.TestCase):
         self.assertEqual(res.level, "jail")
 
     def test_cannot_read_outside(self):
+        trees = kernel_tree(self.cfg)
+        probes = ["/proc", "/root", "/home", "/tmp", ROOT, BUILD]
+        # The kit's folders exist in the jail only where the kernel tree lies
+        # below them (a kit whose build/ holds the kernel): then each shows
+        # nothing but the next folder on the way to it.
+        on_the_way = {p: sorted({t[len(p) + 1:].split("/")[0] for t in trees
+                                 if t.startswith(p + "/")}) for p in probes}
         res = self.run_in(f"cat {self.secret} {solution_file()} {SOLUTION_PATCH} /etc/passwd "
-                          f"2>/dev/null; for p in /proc /root /home /tmp {ROOT} {BUILD}; do "
-                          f"test -e $p && echo $p; done; ls /")
+                          f"2>/dev/null; for p in {' '.join(probes)}; do "
+                          f"test -e $p && echo $p: $(ls -A $p); done; echo --; ls /")
         self.assertNotIn("the answer", res.output)
         self.assertNotIn("mmiowb();", res.output)
+        found, _, listing = res.output.partition("--\n")
+        self.assertEqual(found.splitlines(), [f"{p}: {' '.join(on_the_way[p])}" for p in probes
+                                              if on_the_way[p]], str(res))
         tops = {t for t in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
                 if os.path.lexists("/" + t)}
-        tops |= {p.split("/")[1] for p in kernel_tree(self.cfg)}   # the kernel tree's path
-        self.assertEqual(sorted(res.output.split()),
+        tops |= {p.split("/")[1] for p in trees}            # the kernel tree's path
+        self.assertEqual(sorted(listing.split()),
                          sorted(tops | {"build", "dev", "etc", "usr"}), str(res))
 
     def test_no_network(self):

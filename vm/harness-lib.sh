@@ -49,7 +49,9 @@ tag() { while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$nonce" 
 check() { "$@" > /tmp/out; rc=$?; tag < /tmp/out; return $rc; }
 heartbeat &
 heartbeat_pid=$!
-trap 'kill $heartbeat_pid 2>/dev/null; say "# mmiolab harness: end"' EXIT
+# The end line on a line of its own: a heartbeat killed in the middle of its
+# write leaves half a line, which the end line must not be appended to.
+trap 'kill $heartbeat_pid 2>/dev/null; wait $heartbeat_pid 2>/dev/null; printf "\n" > "$ch"; say "# mmiolab harness: end"' EXIT
 # traced CMD...: check CMD under vm/record; the first failing run's trace goes
 # to the host, for the report's picture of the race (RECORD_SEND=fail).
 send=fail

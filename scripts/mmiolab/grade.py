@@ -22,8 +22,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 from . import ROOT, kernel, model, report, roster, stages, submission
 from .config import Config
@@ -60,7 +62,7 @@ def kit_version(spec: LabSpec, cfg: Config | None = None) -> str:
     """A digest of everything but the submission that a grade depends on."""
     h = hashlib.sha256()
     paths = [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))]
-    paths += [m.__file__ for name, m in list(sys.modules.items())
+    paths += [cast(str, m.__file__) for name, m in list(sys.modules.items())  # not None: below
               if name.startswith("mmiolab.") and getattr(m, "__file__", None)]
     paths += [p for pat in LAB_FILES for p in glob.glob(os.path.join(spec.dir, pat))]
     if spec.symbols_from:
@@ -83,7 +85,7 @@ def kit_version(spec: LabSpec, cfg: Config | None = None) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict:
+def grading_key(spec: LabSpec, opts: GradeOptions, path: str) -> dict[str, object]:
     """Everything a result depends on; --resume re-grades when any of it differs."""
     return {"lab": spec.name, "seeds": [int(s) for s in opts.seeds], "cmds": int(opts.cmds),
             "append": list(opts.append), "kit": kit_version(spec, opts.cfg),
@@ -114,7 +116,7 @@ def display_name(path: str) -> str:
 
 
 def grade_one(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions,
-              key: dict | None = None, *, gradebook: str = "",
+              key: dict[str, object] | None = None, *, gradebook: str = "",
               platform: Platform | None = None) -> model.GradeResult:
     """Grade one submission: the stages (stages.prepare, run, score), then its
     outputs under opts.out/sub_id (stages.write), its row in `gradebook`, and,
@@ -158,7 +160,8 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
 
 
 def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOptions,
-                jobs: int = 1, progress=print) -> list[model.GradeResult]:
+                jobs: int = 1,
+                progress: Callable[[str], object] = print) -> list[model.GradeResult]:
     """Grade (student id, path) pairs, jobs at a time. The gradebook (opts.out/
     gradebook.csv) is rewritten after each submission, so a killed batch loses at
     most the submissions in flight; --resume keeps a finished result only if it
@@ -189,7 +192,7 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     lock = threading.Lock()
     finished = [0]
 
-    def one(item):
+    def one(item: tuple[str, str, dict[str, object]]) -> model.GradeResult:
         sub_id, path, key = item
         r = grade_one(spec, path, sub_id, opts, key, gradebook=book)
         failed = ", ".join(t.name for t in r.failed) or "-"
@@ -206,7 +209,7 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
     return results
 
 
-def _stale(results_json: str, key: dict) -> str:
+def _stale(results_json: str, key: dict[str, object]) -> str:
     """Why a finished result must be graded again ('' if it stands)."""
     try:
         old = report.load_results_json(results_json)

@@ -50,6 +50,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ROOT_INSIDE = "/build"            # the writable folder, as the step sees it (sandbox.INSIDE)
@@ -89,7 +90,11 @@ NR = {"socket": 41, "clone": 56, "ptrace": 101, "pivot_root": 155, "chroot": 161
       "mount_setattr": 442}
 
 
-def seccomp_program(rules: list[tuple]) -> bytes:
+# A seccomp_program() rule: (nr, "deny", errno) or (nr, "flags" | "arg0-not", value, errno).
+SeccompRule = tuple[int, str, int] | tuple[int, str, int, int]
+
+
+def seccomp_program(rules: list[SeccompRule]) -> bytes:
     """A classic BPF seccomp program for x86_64 (the layout of struct
     sock_filter): system calls of any other architecture, i386 and x32
     included (they would bypass the numbers checked), fail with EPERM; then
@@ -140,12 +145,11 @@ def jail_filter() -> bytes:
             "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
             "io_uring_setup", "io_uring_enter", "io_uring_register", "kexec_load",
             "kexec_file_load", "init_module", "finit_module", "delete_module"]
-    return seccomp_program(
-        [(NR["clone3"], "deny", errno.ENOSYS),
-         (NR["clone"], "flags", CLONE_NS, errno.EPERM),
-         (NR["unshare"], "flags", CLONE_NS | CLONE_NEWTIME, errno.EPERM),
-         (NR["socket"], "arg0-not", AF_UNIX, errno.EPERM)]
-        + [(NR[name], "deny", errno.EPERM) for name in deny])
+    rules: list[SeccompRule] = [(NR["clone3"], "deny", errno.ENOSYS),
+                                (NR["clone"], "flags", CLONE_NS, errno.EPERM),
+                                (NR["unshare"], "flags", CLONE_NS | CLONE_NEWTIME, errno.EPERM),
+                                (NR["socket"], "arg0-not", AF_UNIX, errno.EPERM)]
+    return seccomp_program(rules + [(NR[name], "deny", errno.EPERM) for name in deny])
 
 
 # ---------------------------------------------------------------------------- Landlock
@@ -162,7 +166,7 @@ NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1          # ABI 4
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
 
-def _syscall():
+def _syscall() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc
@@ -286,7 +290,7 @@ def enter() -> None:
         os._exit(SETUP_FAILED)
 
 
-def helper_argv(spec: dict) -> list[str]:
+def helper_argv(spec: dict[str, object]) -> list[str]:
     """The command line that runs enter() with `spec` (mmiolab from this kit)."""
     scripts = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = f"import sys; sys.path.insert(0, {scripts!r}); from mmiolab import jail; jail.enter()"
@@ -295,7 +299,7 @@ def helper_argv(spec: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------- the tree
 
-def _stamp(sources: list[str]) -> dict:
+def _stamp(sources: list[str]) -> dict[str, object]:
     """What the tree was made from: the paths, and what tells a changed one
     (the package database for /usr; a rebuilt kernel's key files): their
     size and modification time in whole seconds. Not the inode, nor the
@@ -381,7 +385,7 @@ def jail_dir(build: str) -> str:
     return os.path.join(build, "jail")
 
 
-def prepare_tree(build: str, sources: list[str], hidden: list[str] = ()) -> Tree:
+def prepare_tree(build: str, sources: list[str], hidden: Sequence[str] = ()) -> Tree:
     """The jail's tree under build/jail (slot-0/, the tree; a slot's copy is
     made when the slot is first used), made now unless it exists, holds
     `sources` (the kernel trees) and nothing it was made of has changed since
@@ -444,7 +448,7 @@ class _locked:
     def __init__(self, path: str, how: int):
         self.path, self.how = path, how
 
-    def __enter__(self):
+    def __enter__(self) -> _locked:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self.fd, self.how)
@@ -453,7 +457,7 @@ class _locked:
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)              # (closing the descriptor releases the lock)
 
 

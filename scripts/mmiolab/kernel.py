@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from typing import Any, cast
 
 from . import ROOT, MmiolabError
 from .config import Config
@@ -46,18 +47,41 @@ class Tree:
     tarball: str = Config.kernel_tarball
     patches: str = Config.patches
 
-    src = property(lambda self: os.path.join(self.kdir, "src"))
-    obj = property(lambda self: os.path.join(self.kdir, "obj"))
-    stamp = property(lambda self: os.path.join(self.kdir, "stamp.json"))
-    bzimage = property(lambda self: os.path.join(self.obj, "arch", "x86", "boot", "bzImage"))
-    what = property(lambda self: "debug kernel" if self.debug else "kernel")   # progress lines
-    fragments = property(lambda self: [FRAGMENT, DEBUG_FRAGMENT] if self.debug else [FRAGMENT])
+    @property
+    def src(self) -> str:
+        return os.path.join(self.kdir, "src")
+
+    @property
+    def obj(self) -> str:
+        return os.path.join(self.kdir, "obj")
+
+    @property
+    def stamp(self) -> str:
+        return os.path.join(self.kdir, "stamp.json")
+
+    @property
+    def bzimage(self) -> str:
+        return os.path.join(self.obj, "arch", "x86", "boot", "bzImage")
+
+    @property
+    def what(self) -> str:          # progress lines
+        return "debug kernel" if self.debug else "kernel"
+
+    @property
+    def fragments(self) -> list[str]:
+        return [FRAGMENT, DEBUG_FRAGMENT] if self.debug else [FRAGMENT]
+
     # A cold build (empty ccache), measured with scripts/coldstart on a 2-CPU
     # Debian 12 machine (Documentation/figures/coldstart.txt): files compiled,
     # and CPU-seconds of the build step. For progress lines and the demo's
     # estimate, not for tests.
-    cold_files = property(lambda self: 1027 if self.debug else 1018)
-    cold_cpu_seconds = property(lambda self: 930 if self.debug else 880)
+    @property
+    def cold_files(self) -> int:
+        return 1027 if self.debug else 1018
+
+    @property
+    def cold_cpu_seconds(self) -> int:
+        return 930 if self.debug else 880
 
 
 def tree(cfg: Config | None = None, debug: bool | None = None) -> Tree:
@@ -72,7 +96,7 @@ def tree(cfg: Config | None = None, debug: bool | None = None) -> Tree:
                 tarball=cfg.kernel_tarball, patches=cfg.patches)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     # The old module constants, from the environment when asked (tests, callers
     # outside a command): kernel.SRC is kernel.tree().src.
     if name in ("TARBALL", "PATCHES", "DEBUG"):
@@ -81,8 +105,8 @@ def __getattr__(name: str):
     attr = {"LAB": None, "USE_PREBUILT": "prebuilt", "KDIR": "kdir", "SRC": "src", "OBJ": "obj",
             "STAMP": "stamp", "BZIMAGE": "bzimage"}
     if name in attr:
-        t = tree()
-        return t if attr[name] is None else getattr(t, attr[name])
+        t, prop = tree(), attr[name]
+        return t if prop is None else getattr(t, prop)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Fixed build identity: identical inputs give identical compiler command lines,
@@ -152,15 +176,15 @@ def config_digest(t: Tree | None = None) -> str:
     return _digest(t.fragments)
 
 
-def _load_stamp(t: Tree) -> dict:
+def _load_stamp(t: Tree) -> dict[str, Any]:
     try:
         with open(t.stamp) as f:
-            return json.load(f)
+            return cast(dict[str, Any], json.load(f))
     except (OSError, ValueError):
         return {}
 
 
-def _save_stamp(t: Tree, stamp: dict) -> None:
+def _save_stamp(t: Tree, stamp: dict[str, Any]) -> None:
     tmp = t.stamp + ".tmp"
     with open(tmp, "w") as f:
         json.dump(stamp, f, indent=1)
@@ -256,10 +280,10 @@ def patches_digest(patch_dir: str | None = None) -> str:
                                                           for n in names] if names else [])
 
 
-def prebuilt_info(kdir: str = PREBUILT) -> dict:
+def prebuilt_info(kdir: str = PREBUILT) -> dict[str, Any]:
     try:
         with open(os.path.join(kdir, PREBUILT_INFO)) as f:
-            return json.load(f)
+            return cast(dict[str, Any], json.load(f))
     except (OSError, ValueError):
         return {}
 

@@ -31,7 +31,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal, overload
 
 from . import MmiolabError
 
@@ -142,27 +142,27 @@ class ParseResult:
         """Results for the tests a lab grades, by name; see module-level expect()."""
         return expect(self, names)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy (the grader parses guest output in a bounded child)."""
         return {"root": _test_dict(self.root), "version": self.version,
                 "trusted_lines": self.trusted_lines, "untrusted_lines": self.untrusted_lines,
                 "untrusted_sample": list(self.untrusted_sample), "errors": list(self.errors)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ParseResult":
+    def from_dict(cls, d: dict[str, Any]) -> "ParseResult":
         return cls(root=_test_from(d["root"]), version=d["version"],
                    trusted_lines=d["trusted_lines"], untrusted_lines=d["untrusted_lines"],
                    untrusted_sample=list(d["untrusted_sample"]), errors=list(d["errors"]))
 
 
-def _test_dict(t: Test) -> dict:
+def _test_dict(t: Test) -> dict[str, Any]:
     return {"name": t.name, "status": t.status.value, "number": t.number,
             "directive": t.directive, "reason": t.reason, "log": list(t.log),
             "subtests": [_test_dict(c) for c in t.subtests], "expected_count": t.expected_count,
             "errors": list(t.errors)}
 
 
-def _test_from(d: dict) -> Test:
+def _test_from(d: dict[str, Any]) -> Test:
     return Test(name=d["name"], status=Status(d["status"]), number=d["number"],
                 directive=d["directive"], reason=d["reason"], log=list(d["log"]),
                 subtests=[_test_from(c) for c in d["subtests"]],
@@ -223,6 +223,12 @@ class _Result:
 
     def __init__(self, *groups: str | None):
         self._groups = groups
+
+    @overload
+    def group(self, i: Literal[1, 2, 3, 4]) -> str: ...
+
+    @overload
+    def group(self, i: Literal[5]) -> str | None: ...
 
     def group(self, i: int) -> str | None:
         return self._groups[i - 1]

@@ -95,7 +95,7 @@ if sys.version_info >= (3, 11):
 else:                           # Python 3.10 (Ubuntu 22.04): the same parser, packaged
     import tomli as tomllib     # python3-tomli
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NoReturn, cast
 
 from . import ROOT, MmiolabError, sandbox, submission
 from .config import Config
@@ -359,7 +359,7 @@ def load_lab(name: str, labs_dir: str = LABS_DIR) -> LabSpec:
     return spec
 
 
-def _read_toml(path: str) -> dict:
+def _read_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -426,8 +426,8 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
                                   other, "lab.toml")
         if other == name or not os.path.isfile(other_path):
             v.fail("symbols_from", f"no other lab {other!r} next to this one")
-        with open(other_path, "rb") as f:
-            if "symbols_from" in tomllib.load(f):    # one level: no chains, no loops
+        with open(other_path, "rb") as other_toml:
+            if "symbols_from" in tomllib.load(other_toml):    # one level: no chains, no loops
                 v.fail("symbols_from", f"lab {other!r} borrows its symbols too")
         symbols = symbols + list(load(other_path).symbols)
     fix_functions = v.string_list(data, "fix_functions") if "fix_functions" in data else []
@@ -464,7 +464,7 @@ class _Validator:
     def __init__(self, path: str):
         self.path = path
 
-    def fail(self, key: str, why: str) -> None:
+    def fail(self, key: str, why: str) -> NoReturn:
         raise LabSpecError(f"{self.path}: {key}: {why}")
 
     def keys(self, table: Any, where: str, required: set[str], optional: set[str]) -> None:
@@ -477,7 +477,7 @@ class _Validator:
         for k in sorted(required - table.keys()):
             self.fail(prefix + k, "missing")
 
-    def string(self, table: dict, key: str, pattern: re.Pattern | None = None,
+    def string(self, table: dict[str, Any], key: str, pattern: re.Pattern[str] | None = None,
                what: str = "", where: str = "") -> str:
         val = table[key]
         full = f"{where}.{key}" if where else key
@@ -487,13 +487,13 @@ class _Validator:
             self.fail(full, f"must be {what}, got {val!r}")
         return val
 
-    def string_list(self, table: dict, key: str) -> list[str]:
+    def string_list(self, table: dict[str, Any], key: str) -> list[str]:
         val = table[key]
         if not isinstance(val, list) or not val or not all(isinstance(s, str) for s in val):
             self.fail(key, "must be a non-empty list of strings")
         return val
 
-    def number(self, table: dict, key: str, where: str, integer: bool = False,
+    def number(self, table: dict[str, Any], key: str, where: str, integer: bool = False,
                minimum: float = 0, strict: bool = True) -> float:
         val = table[key]
         ok_type = type(val) is int if integer else type(val) in (int, float)
@@ -501,7 +501,7 @@ class _Validator:
             kind = "an integer" if integer else "a number"
             rel = ">" if strict else ">="
             self.fail(f"{where}.{key}", f"must be {kind} {rel} {minimum}, got {val!r}")
-        return val
+        return cast(float, val)         # an int or a float, checked above
 
 
 def _limits(v: _Validator, table: Any) -> Limits:
@@ -510,7 +510,9 @@ def _limits(v: _Validator, table: Any) -> Limits:
               "cpu_seconds"}
     v.keys(table, "limits", required=set(), optional=ints | floats)
     vals = {k: v.number(table, k, "limits", integer=k in ints) for k in table}
-    return Limits(**{k: (int(x) if k in ints else float(x)) for k, x in vals.items()})
+    # Each field's own type (mypy would take them all for floats).
+    typed: dict[str, Any] = {k: (int(x) if k in ints else float(x)) for k, x in vals.items()}
+    return Limits(**typed)
 
 
 def _fabric(v: _Validator, table: Any, where: str = "fabric") -> dict[str, Any]:

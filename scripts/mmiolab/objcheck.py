@@ -37,7 +37,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from . import MmiolabError
 
@@ -366,11 +366,11 @@ class KernelMacros:
     config: dict[str, str] = field(default_factory=dict)
     defined: frozenset[str] = frozenset()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "defined": sorted(self.defined)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "KernelMacros":
+    def from_dict(cls, d: dict[str, Any]) -> "KernelMacros":
         return cls(dict(d["config"]), frozenset(d["defined"]))
 
 
@@ -526,14 +526,16 @@ class _Conditions:
                 raise _Undecided("division by zero")
             else:
                 x, y = left, right
-                left = {"*": lambda: x * y, "/": lambda: int(x / y), "%": lambda: x % y,
-                        "+": lambda: x + y, "-": lambda: x - y,
-                        "<<": lambda: x << min(max(y, 0), 64),
-                        ">>": lambda: x >> min(max(y, 0), 64), "<": lambda: int(x < y),
-                        ">": lambda: int(x > y), "<=": lambda: int(x <= y),
-                        ">=": lambda: int(x >= y), "==": lambda: int(x == y),
-                        "!=": lambda: int(x != y), "&": lambda: x & y, "^": lambda: x ^ y,
-                        "|": lambda: x | y}[op]()
+                ops: dict[str, Callable[[], int]] = {
+                    "*": lambda: x * y, "/": lambda: int(x / y), "%": lambda: x % y,
+                    "+": lambda: x + y, "-": lambda: x - y,
+                    "<<": lambda: x << min(max(y, 0), 64),
+                    ">>": lambda: x >> min(max(y, 0), 64), "<": lambda: int(x < y),
+                    ">": lambda: int(x > y), "<=": lambda: int(x <= y),
+                    ">=": lambda: int(x >= y), "==": lambda: int(x == y),
+                    "!=": lambda: int(x != y), "&": lambda: x & y, "^": lambda: x ^ y,
+                    "|": lambda: x | y}
+                left = ops[op]()
         return left, i
 
     def _unary(self, t: list[str], i: int, depth: int) -> tuple[int | None, int]:
@@ -598,7 +600,7 @@ def live_code(code: str, kernel: KernelMacros | None = None
     flags: list[str] = []
     # One frame per open #if: [this branch (True/False/None), a branch taken,
     # an earlier branch undecided, brace balance of this branch, its line].
-    stack: list[list] = []
+    stack: list[list[Any]] = []
     i, n = 0, len(lines)
 
     def active() -> bool | None:
@@ -610,7 +612,7 @@ def live_code(code: str, kernel: KernelMacros | None = None
                 state = None
         return state
 
-    def close_branch(f: list) -> None:
+    def close_branch(f: list[Any]) -> None:
         if f[0] is None and f[3] != 0:
             flags.append(f"braces that do not balance (line {f[4]}) in a branch of a "
                          f"preprocessor conditional the review cannot evaluate: they move "
@@ -857,7 +859,7 @@ class Review:
     functions: list[str] = field(default_factory=list)   # functions the changes touch
     flags: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"diff": self.diff, "changed": self.changed, "functions": self.functions,
                 "flags": self.flags}
 
@@ -1060,12 +1062,12 @@ def check_text(path: str, starter: str | None, fix_functions: Iterable[str] = ()
                 f"{memory >> 20} MiB)"], Review()
 
 
-def _text_child(req: dict) -> dict:
+def _text_child(req: dict[str, Any]) -> dict[str, Any]:
     """check_text's child: read the files, run the checks."""
     import json
     with open(req["path"], encoding="utf-8", errors="replace") as f:
         text = f.read()
-    out: dict = {"source_flags": source_flags(text), "review": Review().to_dict()}
+    out: dict[str, Any] = {"source_flags": source_flags(text), "review": Review().to_dict()}
     if req.get("starter"):
         with open(req["starter"], encoding="utf-8", errors="replace") as f:
             starter = f.read()

@@ -280,7 +280,7 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
            + (f" (visible tests; {len(held)} more tests, {_num(sum(t.max_score for t in held))}"
               f" points, are shown when grades are published)" if held else ""),
            f"graded {result.graded_at} on {result.host} in "
-           + (f"{result.visible_seconds:.1f}s" + (" (the hidden tests' run not counted)"
+           + (f"{result.visible_seconds:.1f}s" + (" (not counting the hidden tests)"
                                                    if result.hidden_seconds else "")
               if student else f"{result.execution_time:.1f}s"
               + (f" (the hidden tests' guest {result.hidden_seconds:.1f}s)"

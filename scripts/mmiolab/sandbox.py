@@ -44,8 +44,9 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import MmiolabError, jail
 from .config import Config
@@ -95,7 +96,7 @@ def ids(cfg: Config | None = None) -> tuple[int, int]:
     return cfg.sandbox_uid, cfg.sandbox_gid
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> int:
     # SANDBOX_UID and SANDBOX_GID, from the environment when asked (tests).
     if name in ("SANDBOX_UID", "SANDBOX_GID"):
         return ids()[name == "SANDBOX_GID"]
@@ -159,7 +160,7 @@ def _filter_fd() -> int:
     return r
 
 
-def bwrap_args(writable: str, readonly: list[str], hide: list[str] = (),
+def bwrap_args(writable: str, readonly: list[str], hide: Sequence[str] = (),
                cfg: Config | None = None, seccomp_fd: int = -1) -> list[str]:
     """The bubblewrap command line up to '--' (exposed for tests and the docs);
     seccomp_fd (from _filter_fd) stands in for --disable-userns."""
@@ -209,7 +210,9 @@ class Confinement(NamedTuple):
     why: str
 
 
-_probe_cache: dict[tuple, Confinement] = {}
+# (readonly, scratch, ids, confine, build, jail_uid, jail_gid): the probe's result
+_probe_cache: dict[tuple[tuple[str, ...], str, tuple[int, int], str, str, int, int],
+                   Confinement] = {}
 
 
 def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> Confinement:
@@ -337,7 +340,7 @@ def _private_folder(paths: list[str]) -> str:
     return ""
 
 
-def _user_kw(cfg: Config | None = None) -> dict:
+def _user_kw(cfg: Config | None = None) -> dict[str, Any]:
     if _dropping():
         uid, gid = ids(cfg)
         return {"user": uid, "group": gid, "extra_groups": []}
@@ -351,7 +354,7 @@ def _rmtree(path: str) -> None:
 
 def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
         env: dict[str, str] | None = None, confined: bool | str = True,
-        hide: list[str] = (), cfg: Config | None = None) -> Result:
+        hide: Sequence[str] = (), cfg: Config | None = None) -> Result:
     """Run argv with `writable` as its only writable folder (/build when confined).
 
     confined: a level's name (LEVELS), True for the level probe() picks, or
@@ -404,7 +407,8 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
     return _result(status, rc, log, limits, t0, level)
 
 
-def _watch(proc: subprocess.Popen, log: str, limits: Limits, t0: float, kill) -> str | None:
+def _watch(proc: subprocess.Popen[bytes], log: str, limits: Limits, t0: float,
+           kill: Callable[[], None]) -> str | None:
     """Wait for a step's first process, calling kill() at the time limit or when
     the log passes the output cap; "timeout", "flood" or None (it ended)."""
     while True:
@@ -436,7 +440,7 @@ def _result(status: str | None, rc: int | None, log: str, limits: Limits, t0: fl
 
 
 def _run_jail(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
-              env: dict[str, str], hide: list[str], cfg: Config) -> Result:
+              env: dict[str, str], hide: Sequence[str], cfg: Config) -> Result:
     """run() at the jail level (jail.py): the tree prepared if need be, a slot
     taken, `writable` moved in as the slot's /build for the step and back
     after it, every process of the slot's uid killed at the end."""
@@ -460,11 +464,12 @@ def _run_jail(argv: list[str], writable: str, readonly: list[str], log: str, lim
             spec = {"root": slot.root, "uid": slot.uid, "gid": slot.gid, "env": env,
                     "argv": _prlimit(limits) + argv, "report": report_w,
                     "landlock": _landlock_abi(), "filter": jail.jail_filter().hex()}
+            helper_env: dict[str, str] = {}       # the step's own is in spec
             t0 = time.monotonic()
             with open(log, "wb") as out:
                 try:
                     proc = subprocess.Popen(jail.helper_argv(spec), stdin=subprocess.DEVNULL,
-                                            stdout=out, stderr=out, cwd="/", env={},
+                                            stdout=out, stderr=out, cwd="/", env=helper_env,
                                             start_new_session=True, pass_fds=(report_w,))
                 except OSError as e:
                     raise SandboxError(f"cannot start the jail's helper: {e}") from e
@@ -584,7 +589,7 @@ def _end(pidfd: int | None, timeout: float = 10) -> None:
     os.close(pidfd)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     """Kill a step: bubblewrap's own process (its pid 1 dies with it, --die-with-parent,
     and _end() makes sure), or, unconfined, the process group."""
     try:

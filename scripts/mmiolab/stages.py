@@ -85,7 +85,7 @@ class Prepared(Checked):
     ko: str
     warnings: list[str]          # the build's warning lines (any fails the build test)
     system_note: str = ""        # about the system, not the submission: shown, never charged
-    confined: bool = True
+    confined: bool | str = True  # the level that ran (sandbox.LEVELS), or False
     build_log: str = ""
 
 
@@ -408,8 +408,8 @@ def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,
                         semantics=params.pop("locking", str(spec.fabric.get("locking", ""))),
                         params={k: v for k, v in params.items() if k in REPLAY_PARAMS})
     # Seeds that passed every per-seed test; the first seed any of them failed.
-    per_seed = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
-    per_seed = [t for t in per_seed if t is not None and t.subtests]
+    found = [parsed.root.find(g.name) for g in spec.per_seed_tests] if parsed else []
+    per_seed = [t for t in found if t is not None and t.subtests]
     if per_seed:
         passing = [{t.name for t in test.subtests if t.status.ok} for test in per_seed]
         good = [all(f"seed_{s}" in p for p in passing) for s in seeds]
@@ -471,8 +471,8 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = outcomes(spec, parsed, host, hidden)
-    if any(t.values().get("flush") == "none" and t.status.ok
-           for g in spec.ktap_tests if (t := parsed.root.find(g.name)) is not None):
+    if any(ktest.values().get("flush") == "none" and ktest.status.ok
+           for g in spec.ktap_tests if (ktest := parsed.root.find(g.name)) is not None):
         flags.append(NO_VISIBLE_FLUSH)
     if hidden_trouble:
         for t in tests:

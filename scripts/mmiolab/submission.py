@@ -48,8 +48,9 @@ import tempfile
 import unicodedata
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, NamedTuple, Sequence
+from typing import IO, Any, Literal, NamedTuple, Protocol, Sequence, cast
 
 from . import MmiolabError
 
@@ -316,6 +317,7 @@ class _Collector:
         """Route one entry; read() returns its bytes (None when over the cap)."""
         base = e.parts[-1] if e.parts else ""
         wanted = base in self.found
+        reason: str | None              # why the entry cannot be used, if so
         if e.reason is not None:
             self.ignore(e.shown, e.reason, e.detail)
             if wanted and e.reason not in (METADATA, HIDDEN):
@@ -354,6 +356,14 @@ class _Collector:
 
 # ---------------------------------------------------------------------------- archives
 
+class _Stream(Protocol):
+    """What _CappedReader reads from: a file, a decompressor's file, _XzReader."""
+
+    def read(self, n: int = ..., /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class _CappedReader:
     """A read-only stream that refuses to yield more than `cap` decompressed bytes.
 
@@ -361,7 +371,7 @@ class _CappedReader:
     decompressed stream bounds the memory and time a gzip bomb can cost.
     """
 
-    def __init__(self, raw: IO[bytes], cap: int):
+    def __init__(self, raw: _Stream, cap: int):
         self.raw = raw
         self.cap = cap
         self.pos = 0
@@ -433,15 +443,17 @@ class _XzReader:
 
 
 def _scan_tar(path: str, comp: str, col: _Collector) -> None:
-    opener = {"gz": gzip.open, "bz2": bz2.open,
-              "xz": lambda p, mode: _XzReader(p)}.get(comp, open)
+    openers: dict[str, Callable[[str, Literal["rb"]], _Stream]] = {
+        "gz": gzip.open, "bz2": bz2.open, "xz": lambda p, mode: _XzReader(p)}
+    opener = openers.get(comp, open)
     cap = col.limits.max_total_bytes + col.limits.max_members * 2048 + (1 << 20)
     declared = 0
     raw = opener(path, "rb")
     reader = _CappedReader(raw, cap)
     try:
-        with tarfile.open(fileobj=reader, mode="r|", encoding="utf-8",
-                          errors="surrogateescape") as tf:     # type: ignore[call-overload]
+        # typeshed asks tarfile.open for an IO[bytes]; a stream ("r|") only needs read().
+        with tarfile.open(fileobj=reader, mode="r|", encoding="utf-8",  # type: ignore[arg-type]
+                          errors="surrogateescape") as tf:
             for m in tf:
                 col.count()
                 declared += max(m.size, 0)
@@ -707,8 +719,9 @@ def intake(path: str, allowed: Sequence[str], scratch: str | None = None,
     shown = printable(path) if shown is None else shown
 
     def result(kind: str, verdict: str, message: str, col: _Collector | None = None) -> Intake:
-        return Intake(source=shown, kind=kind, scratch=scratch, verdict=verdict,
-                      message=message, ignored=col.ignored if col else [])
+        # Both are str by now; mypy (1.0) does not carry that into a closure.
+        return Intake(source=cast(str, shown), kind=kind, scratch=cast(str, scratch),
+                      verdict=verdict, message=message, ignored=col.ignored if col else [])
 
     try:
         st = os.lstat(path)
@@ -814,7 +827,8 @@ def intake_for_lab(spec: Any, path: str, scratch: str | None = None,
                    bounded: bool = False, shown: str | None = None) -> Intake:
     """intake() with a labspec.LabSpec's allowed files and caps (bounded: in a child
     process with a time and memory limit, as the grader does it)."""
-    run = intake_bounded if bounded else intake
+    # (mypy joins the two signatures into a bare function: the return type it loses)
+    run = cast(Callable[..., Intake], intake_bounded if bounded else intake)
     return run(path, spec.files, scratch, spec.limits.intake(), shown=shown)
 
 
@@ -891,7 +905,7 @@ def fingerprint(path: str, allowed: Sequence[str] = (),
     return "sha256:" + h.hexdigest()
 
 
-def _digest_contents(h, path: str, cap: int, dir_fd: int | None = None) -> None:
+def _digest_contents(h: hashlib._Hash, path: str, cap: int, dir_fd: int | None = None) -> None:
     """Adds a regular file's bytes to h, or a note that it is past cap or unreadable."""
     try:
         data = read_regular(path, cap, dir_fd)
@@ -901,7 +915,8 @@ def _digest_contents(h, path: str, cap: int, dir_fd: int | None = None) -> None:
     h.update(b"more than intake reads" if data is None else data)
 
 
-def _digest_single_file(h, path: str, st: os.stat_result, limits: IntakeLimits) -> None:
+def _digest_single_file(h: hashlib._Hash, path: str, st: os.stat_result,
+                        limits: IntakeLimits) -> None:
     """Adds a submission that is one file (a .c file or an archive) to h: its size,
     and its bytes if intake would read them."""
     h.update(f"{stat.S_IFMT(st.st_mode)} {st.st_size}\n".encode())
@@ -918,7 +933,7 @@ class _FolderDigest:
     """Adds a folder submission to h as intake walks it: names, types and sizes,
     links' targets, and the contents of the files named allowed."""
 
-    def __init__(self, h, allowed: set[str], limits: IntakeLimits):
+    def __init__(self, h: hashlib._Hash, allowed: set[str], limits: IntakeLimits):
         self.h = h
         self.allowed = allowed
         self.limits = limits

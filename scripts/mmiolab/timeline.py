@@ -49,6 +49,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import MmiolabError
@@ -83,7 +84,7 @@ class TraceError(MmiolabError, ValueError):
 @dataclass(frozen=True)
 class Ring:
     """The ring card's registers: offset -> name (without MMIOSIM_RING_)."""
-    regs: dict
+    regs: dict[int, str]
 
     def offset(self, name: str) -> int:
         return next(off for off, n in self.regs.items() if n == name)
@@ -142,8 +143,8 @@ class Event:
     task: str
     ts_ns: int              # the line's timestamp, in ns
     name: str               # post, drain, arrive, read, mmiowb, irq_handler_entry, sys_exit
-    fields: dict
-    flags: set
+    fields: dict[str, str]
+    flags: set[str]
     pid: int = -1
     cpu: int = -1           # the CPU that recorded the line
 
@@ -163,7 +164,7 @@ class Write:
     stale: bool = False             # a doorbell that arrived after a later-posted one
     pid: int = -1                   # the task that posted it
     task: str = ""
-    lines: list = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -214,12 +215,12 @@ class Return:
 
 @dataclass
 class Trace:
-    header: dict
-    events: list
-    writes: dict            # seq -> Write
-    spans: list             # mmiowb() waits and reads
-    irqs: list = field(default_factory=list)
-    returns: list = field(default_factory=list)
+    header: dict[str, str]
+    events: list[Event]
+    writes: dict[int, Write]        # seq -> Write
+    spans: list[Span]               # mmiowb() waits and reads
+    irqs: list[Irq] = field(default_factory=list)
+    returns: list[Return] = field(default_factory=list)
     lost: int = 0           # events ftrace says it dropped (a buffer that overflowed)
 
     @property
@@ -232,13 +233,15 @@ def _num(s: str) -> int:
     return int(s, 0)
 
 
-def parse(text: str, route_ns: list | None = None) -> Trace:
+def parse(text: str, route_ns: list[int] | None = None) -> Trace:
     """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt).
 
     route_ns: the fabric's route latencies (default: from a "# fabric:"
     header line, else none), used to place each write's post (see model()).
     """
-    header, events, overwritten, lost = {}, [], 0, 0
+    header: dict[str, str] = {}
+    events: list[Event] = []
+    overwritten, lost = 0, 0
     for n, line in enumerate(text.splitlines(), 1):
         if len(line) > MAX_LINE:
             continue
@@ -278,11 +281,11 @@ def parse(text: str, route_ns: list | None = None) -> Trace:
     return tr
 
 
-def _fields(rest: str) -> dict:
+def _fields(rest: str) -> dict[str, str]:
     """key=value words (key: word characters), in linear time: in each word, the
     first '=' with a key before it and a value after it, as
     re.findall(r"(\\w+)=(\\S+)") finds them, without its quadratic worst case."""
-    out = {}
+    out: dict[str, str] = {}
     for word in rest.split():
         start = -1
         for j, ch in enumerate(word):
@@ -299,7 +302,7 @@ def _fields(rest: str) -> dict:
     return out
 
 
-def fabric_routes(params: str) -> list:
+def fabric_routes(params: str) -> list[int]:
     """route_ns from a line of /sys/kernel/debug/mmiosim/params ([] if absent)."""
     m = re.search(r"\broute_ns=([\d,]+)", params)
     return [int(r) for r in m.group(1).split(",") if r] if m else []
@@ -311,7 +314,8 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
-def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
+def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None
+          ) -> Trace:
     """Writes, reads, mmiowb() waits, interrupts and returns from the events.
 
     When a write is posted, the fabric first brings its model up to date,
@@ -324,9 +328,11 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
     """
     route_ns = route_ns or [0]
     writes: dict[int, Write] = {}
-    spans, irqs, returns = [], [], []
+    spans: list[Span] = []
+    irqs: list[Irq] = []
+    returns: list[Return] = []
 
-    def write_of(ev, f):
+    def write_of(ev: Event, f: dict[str, str]) -> Write:
         seq = _num(f["seq"])
         w = writes.get(seq)
         if w is None:
@@ -369,7 +375,7 @@ def model(header: dict, events: list, route_ns: list | None = None) -> Trace:
         except (KeyError, ValueError) as e:
             raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
     # A doorbell is stale when it arrives after a doorbell posted later.
-    newest = {}
+    newest: dict[int, int] = {}         # window -> the latest seq arrived
     for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring().doorbell),
                     key=lambda w: (w.arrive, w.lines[-1])):
         if w.win in newest and w.seq < newest[w.win]:
@@ -413,7 +419,7 @@ def _mark_late(tr: Trace) -> None:
 # --- what a run shows --------------------------------------------------------
 
 
-def first_reordering(tr: Trace, off: int | None = None):
+def first_reordering(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The first doorbell (off: by default the card's) that arrived stale, and the
     later-posted one it arrived after.
 
@@ -432,7 +438,7 @@ def first_reordering(tr: Trace, off: int | None = None):
     return None
 
 
-def first_late_interrupt(tr: Trace):
+def first_late_interrupt(tr: Trace) -> tuple[Write | None, Return, Irq] | None:
     """The first late interrupt of the card: (the disabling write, the return of the
     call that posted it, the interrupt), or None."""
     late = next((q for q in tr.irqs if q.late), None)
@@ -443,7 +449,7 @@ def first_late_interrupt(tr: Trace):
     return ret.disabled, ret, late
 
 
-def first_early_return(tr: Trace):
+def first_early_return(tr: Trace) -> Return | None:
     """The first call that posted an interrupt disable and returned before the
     write reached the card (what the posting lab's test asks the card), or None."""
     return next((r for r in sorted(tr.returns, key=lambda r: r.lineno)
@@ -451,7 +457,8 @@ def first_early_return(tr: Trace):
                  and (r.disabled.arrive is None or r.disabled.arrive > r.ts)), None)
 
 
-def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None):
+def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
+                  ) -> tuple[Write, Write] | None:
     """A lock hand-over: a doorbell, then the next doorbell, from another CPU.
 
     Among such pairs, picks one where the first CPU's barrier (barrier:
@@ -487,7 +494,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None):
     return (best[1], best[2]) if best else None
 
 
-def last_crossing(tr: Trace, off: int | None = None):
+def last_crossing(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The last two consecutive doorbells posted from different CPUs, or None."""
     off = ring().doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
@@ -501,9 +508,14 @@ def _us(ns: int) -> str:
 
 
 def describe_reordering(old: Write, new: Write) -> str:
+    # A recording whose per-CPU trace buffer overflowed can lack a write's
+    # drain line: the order the card saw still stands, the lead does not.
+    lead = (f"{(old.drain - new.drain) / 1000:.2f} \u00b5s earlier"
+            if old.drain is not None and new.drain is not None else
+            "earlier (the trace lost one of the two drain times)")
     return (f"CPU {old.cpu} wrote doorbell {old.val} (seq={old.seq}); CPU {new.cpu} wrote "
             f"{new.val} (seq={new.seq}) after it, which entered the bridge "
-            f"{(old.drain - new.drain) / 1000:.2f} \u00b5s earlier (seq={old.seq} overtaken); "
+            f"{lead} (seq={old.seq} overtaken); "
             f"the card saw {new.val} and then {old.val}: a stale doorbell")
 
 
@@ -546,15 +558,19 @@ def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
             f"wrote {b.val} (seq={b.seq})")
 
 
+# seq -> (label on its CPU's queue, label in the bridge): the writes a finding names.
+Marked = dict[int, tuple[str, str]]
+
+
 @dataclass
 class Finding:
     kind: str               # stale-doorbell | late-interrupt | early-return | mmiowb | read
     #                         | disable | crossing
     text: str               # one sentence: what the excerpt shows
-    lines: list             # the excerpt's line numbers in the trace (1-based)
+    lines: list[int]        # the excerpt's line numbers in the trace (1-based)
     # The writes the sentence names: seq -> (label on its CPU's queue, label in
     # the bridge), as the sentence words them; the picture marks them.
-    marked: dict = field(default_factory=dict)
+    marked: Marked = field(default_factory=dict)
 
     @property
     def failure(self) -> bool:
@@ -618,15 +634,15 @@ def find(tr: Trace) -> Finding | None:
     return None
 
 
-def _with_doorbell_before(tr: Trace, w: Write) -> list:
+def _with_doorbell_before(tr: Trace, w: Write) -> list[Write]:
     """w and the last doorbell posted before it (the commands still in flight)."""
     db = ring().doorbell
     before = [o for o in tr.writes.values() if o.off == db and o.seq < w.seq and o.lines]
     return [max(before, key=lambda o: o.seq), w] if before else [w]
 
 
-def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300,
-                  upto: int = 0):
+def excerpt_lines(tr: Trace, pair: Sequence[Write], context_writes: int = 1,
+                  max_lines: int = 300, upto: int = 0) -> list[int]:
     """The line numbers (1-based, sorted) of an excerpt around writes.
 
     From the earliest post of `pair` (one or more Writes; and the posts of
@@ -660,7 +676,8 @@ def excerpt_lines(tr: Trace, pair, context_writes: int = 1, max_lines: int = 300
     return lines
 
 
-def _thinned(tr: Trace, keep, centre: int, lines: list, max_lines: int) -> list:
+def _thinned(tr: Trace, keep: list[Write], centre: int, lines: list[int], max_lines: int
+             ) -> list[int]:
     """At most max_lines of lines: all those of the writes in keep, then, nearest
     centre first, other events, a write only with all its lines."""
     window = set(lines)
@@ -685,12 +702,12 @@ class Drawing:
     excerpt: str            # the excerpt as text: header lines, then the trace lines
     finding: Finding | None
     summary: str            # one line: what the whole trace holds
-    warnings: list
+    warnings: list[str]
     # The first screen: the finding's writes and the few around them, drawn
     # for a desktop and for a phone, and the same in words.
     focus_svg: str = ""
     focus_narrow_svg: str = ""
-    words: list = field(default_factory=list)
+    words: list[str] = field(default_factory=list)
     focus_writes: int = 0   # writes on the first screen (of all the excerpt's complete ones)
     excerpt_writes: int = 0
 
@@ -701,14 +718,14 @@ FOCUS_CONTEXT = 2
 PHONE_WIDTH = 360
 
 
-def focus(tr: Trace, marked: dict) -> Trace:
+def focus(tr: Trace, marked: Marked) -> Trace:
     """What the first screen shows: the writes a finding names and, for each,
     the FOCUS_CONTEXT complete writes posted just before and just after it,
     with the reads and waits of that time, the late interrupts, and the
     return of a call whose interrupt disable is among them."""
     ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     index = {w.seq: i for i, w in enumerate(ws)}
-    chosen = set()
+    chosen: set[int] = set()
     for seq in marked:
         if seq in index:
             i = index[seq]
@@ -724,7 +741,7 @@ def focus(tr: Trace, marked: dict) -> Trace:
     return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost)
 
 
-def in_words(tr: Trace, marked: dict) -> list:
+def in_words(tr: Trace, marked: Marked) -> list[str]:
     """The picture as sentences, for a screen reader or a terminal: each write
     drawn, then each interrupt and return, in the order they happened."""
     ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
@@ -732,9 +749,9 @@ def in_words(tr: Trace, marked: dict) -> list:
         return []
     t0 = min([w.post for w in ws] + [q.ts for q in tr.irqs] + [r.ts for r in tr.returns])
 
-    def at(t):
+    def at(t: int) -> str:
         return f"+{(t - t0) / 1000:.2f} \u00b5s"
-    out = []
+    out: list[tuple[int, str]] = []
     for w in ws:
         out.append((w.post, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
                     f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.post)}, enters "
@@ -769,13 +786,13 @@ def summarize(tr: Trace) -> str:
 
 
 def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
-         header: dict | None = None) -> Drawing:
+         header: Mapping[str, str] | None = None) -> Drawing:
     """Find what a recorded trace shows, cut an excerpt around it and draw it.
 
     header: extra "# key: value" lines for the excerpt (after the trace's own).
     """
     tr = parse(text)
-    warnings = []
+    warnings: list[str] = []
     if tr.lost:
         warnings.append(f"the trace buffer was full: its {tr.lost} oldest events were "
                         "overwritten, so the trace holds the end of the run only (in the lab "
@@ -879,7 +896,7 @@ RED = "#b00020"
 GREY = "#888888"
 
 
-def _e(s) -> str:
+def _e(s: object) -> str:
     return html.escape(str(s), quote=True)
 
 
@@ -888,7 +905,7 @@ def _f(v: float) -> str:
     return f"{v:.1f}"
 
 
-def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs) -> ET.Element:
+def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs: object) -> ET.Element:
     """A child element; an attribute name's underscores become hyphens
     (class_ is class): stroke_width="3" is stroke-width="3"."""
     el = ET.SubElement(parent, tag, {k.rstrip("_").replace("_", "-"): str(v)
@@ -907,9 +924,10 @@ def _nice_step(span_us: float, target: int = 8) -> float:
     return raw
 
 
-def _rows(intervals):
+def _rows(intervals: Iterable[tuple[float, float]]) -> tuple[list[int], int]:
     """Greedy sub-row assignment so that bars in one lane do not overlap."""
-    ends, out = [], []
+    ends: list[float] = []
+    out: list[int] = []
     for lo, hi in intervals:
         for i, e in enumerate(ends):
             if lo >= e:
@@ -930,6 +948,7 @@ def _rows(intervals):
 # place the labels; tests/test_race_picture.py checks the result with the
 # boxes Chromium lays out, not with these.
 _NARROW, _MID, _WIDE = set("il.,:;'|!I "), set("fjtr()[]-=/"), set("mwMW%\u2026")
+Box = tuple[float, float, float, float]     # x0, y0, x1, y1
 MONO_EM = 0.61
 
 
@@ -953,15 +972,16 @@ class _Labels:
 
     def __init__(self, width: float, height: float):
         self.width, self.height = width, height
-        self.boxes = []
+        self.boxes: list[Box] = []
         self.dropped = 0
 
-    def box(self, text, x, y, anchor, size, mono, bold):
+    def box(self, text: str, x: float, y: float, anchor: str, size: float, mono: bool,
+            bold: bool) -> Box:
         w = text_width(text, size, mono, bold)
         x0 = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
         return (x0, y - 0.95 * size, x0 + w, y + 0.27 * size)
 
-    def free(self, b, region=None) -> bool:
+    def free(self, b: Box, region: Box | None = None) -> bool:
         rx0, ry0, rx1, ry1 = region or (0, 0, self.width, self.height)
         p = self.PAD
         if b[0] < rx0 + 1 or b[1] < ry0 or b[2] > rx1 - 1 or b[3] > ry1:
@@ -969,8 +989,10 @@ class _Labels:
         return not any(b[0] < o[2] + p and o[0] < b[2] + p and b[1] < o[3] + p
                        and o[1] < b[3] + p for o in self.boxes)
 
-    def place(self, parent, text, candidates, size=11.0, mono=False, bold=False,
-              region=None, cls="", style="", required=False):
+    def place(self, parent: ET.Element, text: str, candidates: Sequence[tuple[float, float, str]],
+              size: float = 11.0, mono: bool = False, bold: bool = False,
+              region: Box | None = None, cls: str = "", style: str = "",
+              required: bool = False) -> ET.Element | None:
         """Draw text at the first free candidate (x, y, anchor); required text
         (lane names, the axis) goes at the first candidate whatever it meets.
         Returns the element, or None when the label was left out."""
@@ -985,7 +1007,7 @@ class _Labels:
             x, y, anchor = candidates[0]
             b = self.box(text, x, y, anchor, size, mono, bold)
         self.boxes.append(b)
-        attrs = {"x": _f(x), "y": _f(y)}
+        attrs: dict[str, object] = {"x": _f(x), "y": _f(y)}
         if anchor != "start":
             attrs["text_anchor"] = anchor
         if cls:
@@ -995,9 +1017,10 @@ class _Labels:
         return _el(parent, "text", text, **attrs)
 
 
-def _wrap(text: str, width: float, size: float) -> list:
+def _wrap(text: str, width: float, size: float) -> list[str]:
     """text in lines no wider than width (estimated) at font-size size."""
-    lines, cur = [], ""
+    lines: list[str] = []
+    cur = ""
     for word in text.split():
         cand = f"{cur} {word}" if cur else word
         if cur and text_width(cand, size) > width:
@@ -1021,13 +1044,13 @@ NARROW = 600
 @dataclass
 class _Group:
     """Writes drawn as one bar: a stalled queue, or a burst in the bridge."""
-    writes: list
+    writes: list[Write]
     lo: int                 # ns
     hi: int                 # ns
     where: str              # "queue" or "bridge"
 
     @property
-    def first(self):
+    def first(self) -> Write:
         return self.writes[0]
 
     def title(self) -> str:
@@ -1040,14 +1063,17 @@ class _Group:
                 f"{sum(w.overtaken for w in ws)} overtaken, {sum(w.stale for w in ws)} stale")
 
 
-def _fold(writes: list, start, end, keep: set, where: str):
+def _fold(writes: list[Write], start: Callable[[Write], int], end: Callable[[Write], int],
+          keep: set[int], where: str) -> list[Write | _Group]:
     """Split writes (in the order they queue) into singles and groups: a group
     is a run of at least FOLD_MIN of them, none in keep, each of which starts
     (start(w)) before the run so far has ended (end(w)): they wait together.
     Returns a list of Writes and _Groups."""
-    out, run, run_end = [], [], None
+    out: list[Write | _Group] = []
+    run: list[Write] = []
+    run_end: int | None = None
 
-    def close():
+    def close() -> None:
         if len(run) >= FOLD_MIN:
             out.append(_Group(list(run), min(start(w) for w in run),
                               max(end(w) for w in run), where))
@@ -1072,38 +1098,44 @@ def _fold(writes: list, start, end, keep: set, where: str):
     return out
 
 
+# A lane of the picture: (key, label, sub-label, y of its top, height).
+Lane = tuple[tuple[str, int], str, str, int, int]
+# The legend: rows of swatches (colour, text, x), and the notes' lines.
+Legend = tuple[list[list[tuple[str, str, float]]], list[str]]
+
+
 @dataclass
 class _Layout:
     """Where everything of a timeline goes: the events drawn, the time scale
     (x() maps nanoseconds to pixels), the lanes and their sub-rows."""
-    writes: list
-    spans: list
-    irqs: list
-    rets: list
-    cpus: list
+    writes: list[Write]
+    spans: list[Span]
+    irqs: list[Irq]
+    rets: list[Return]
+    cpus: list[int]
     t0: int
     lo_ns: float
     hi_ns: float
     left: int
     right: int
     width: int
-    q_rows: dict                # seq -> sub-row in its CPU's lane
-    b_rows: dict                # seq -> sub-row in the bridge
-    q_groups: list              # _Group (queue)
-    b_groups: list              # _Group (bridge)
-    q_group_of: dict            # seq -> its queue _Group
-    b_group_of: dict            # seq -> its bridge _Group
-    due: dict
+    q_rows: dict[int, int]      # seq -> sub-row in its CPU's lane
+    b_rows: dict[int, int]      # seq -> sub-row in the bridge
+    q_groups: list[_Group]      # _Group (queue)
+    b_groups: list[_Group]      # _Group (bridge)
+    q_group_of: dict[int, _Group]   # seq -> its queue _Group
+    b_group_of: dict[int, _Group]   # seq -> its bridge _Group
+    due: dict[int, int]
     row_h: int
-    lanes: list                 # (key, label, sub, y_top, height)
-    lane: dict
+    lanes: list[Lane]           # (key, label, sub, y_top, height)
+    lane: dict[tuple[str, int], tuple[int, int]]
     axis_y: int
-    legend: list                # (items [(colour, text, x)], notes [line])
+    legend: Legend              # (items [(colour, text, x)], notes [line])
     legend_y: int
     height: int
     narrow: bool
-    marked: dict                # seq -> (queue label, bridge label): the finding's writes
-    title_lines: list
+    marked: Marked              # seq -> (queue label, bridge label): the finding's writes
+    title_lines: list[str]
 
     def x(self, t: float) -> float:
         return self.left + (t - self.lo_ns) / (self.hi_ns - self.lo_ns) * \
@@ -1111,7 +1143,7 @@ class _Layout:
 
 
 def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
-               doorbell: int | None = None, marked: dict | None = None) -> str:
+               doorbell: int | None = None, marked: Marked | None = None) -> str:
     """An SVG timeline of the trace's complete writes, reads and mmiowb() waits
     (doorbell: the register drawn as the doorbell, by default the card's), built
     as an ElementTree (which escapes every text and attribute).
@@ -1131,12 +1163,12 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     return ET.tostring(svg, encoding="unicode")
 
 
-def _queue_label(w: Write, doorbell: int, disables: set) -> str:
+def _queue_label(w: Write, doorbell: int, disables: set[int]) -> str:
     return (f"{w.val}" if w.off == doorbell else f"{w.reg}={w.val}" if w.seq in disables
             else w.reg)
 
 
-def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _Layout:
+def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) -> _Layout:
     """Lay out the trace's complete writes and what happened around them;
     TraceError if none is complete or their times are out of order."""
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
@@ -1165,18 +1197,21 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
     pad = span_ns * 0.03
     lo_ns, hi_ns = t0 - pad, t1 + pad
 
-    def x(t):
+    def x(t: float) -> float:
         return left + (t - lo_ns) / (hi_ns - lo_ns) * plot_w
 
     disables = {r.disabled.seq for r in rets}
     keep = set(marked)
 
-    def qlabel_w(w):
+    def qlabel_w(w: Write) -> float:
         text = marked[w.seq][0] if w.seq in marked else _queue_label(w, doorbell, disables)
         return text_width(text, 11, mono=True) + 8
 
     # Lanes and sub-rows: a stalled queue is one group, one row.
-    q_rows, q_n, q_groups, q_group_of = {}, {}, [], {}
+    q_rows: dict[int, int] = {}
+    q_n: dict[int, int] = {}
+    q_groups: list[_Group] = []
+    q_group_of: dict[int, _Group] = {}
     for c in cpus:
         items = _fold([w for w in writes if w.cpu == c], lambda w: w.post, lambda w: w.drain,
                       keep, "queue")
@@ -1203,7 +1238,8 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
     # The fabric delivers a due write at the next access or when its timer
     # fires, so the recorded arrival can be later.
     bridge_ns = fabric_param(tr.header.get("fabric", ""), "bridge_ns")
-    due, tail = {}, 0
+    due: dict[int, int] = {}
+    tail = 0
     for w in b_order:
         tail = due[w.seq] = min(max(w.drain + bridge_ns, tail), w.arrive)
     items = _fold(b_order, lambda w: w.drain, lambda w: w.arrive, keep, "bridge")
@@ -1217,7 +1253,9 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
                 if (it.overtaken or it.seq in marked) else 0
             spans_x.append((x(it.drain) - 2, max(x(it.arrive) + 2, x(it.drain) + extra + 6)))
     rows, b_n = _rows(spans_x)
-    b_rows, b_groups, b_group_of = {}, [], {}
+    b_rows: dict[int, int] = {}
+    b_groups: list[_Group] = []
+    b_group_of: dict[int, _Group] = {}
     for it, r in zip(items, rows):
         if isinstance(it, _Group):
             b_groups.append(it)
@@ -1227,7 +1265,7 @@ def _layout(tr: Trace, title: str, width: int, marked: dict, doorbell: int) -> _
         else:
             b_rows[it.seq] = r
     row_h = 15
-    lanes = []                  # (key, label, sub, y_top, height)
+    lanes: list[Lane] = []
     title_lines = _wrap(title, width - 24, 13 * 1.12) if title else []
     y = 40 + 17 * (len(title_lines) - 1) if title else 14
     for c in cpus:
@@ -1256,7 +1294,7 @@ def _axis_caption(t0: int) -> str:
     return f"time since the first event shown, \u00b5s (the fabric's clock; t0 = {t0} ns)"
 
 
-def _legend(cpus, irqs: bool, marked: bool, width: int, narrow: bool):
+def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool) -> Legend:
     """The legend's swatches, in rows that fit the width, and its notes, wrapped."""
     items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
     items += [(GREY, "other register write"),
@@ -1264,7 +1302,9 @@ def _legend(cpus, irqs: bool, marked: bool, width: int, narrow: bool):
     if marked:
         items.append((HIGHLIGHT, "the writes the finding names"))
     x0 = 10
-    rows, row, lx = [], [], x0
+    rows: list[list[tuple[str, str, float]]] = []
+    row: list[tuple[str, str, float]] = []
+    lx: float = x0
     for colour, text in items:
         w = 27 + text_width(text, 10.5) + 10
         if row and lx + w > width - 10:
@@ -1289,7 +1329,8 @@ def _legend(cpus, irqs: bool, marked: bool, width: int, narrow: bool):
 HIGHLIGHT = "#ffcc33"
 
 
-def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
+def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
+                ) -> tuple[ET.Element, ET.Element, Callable[[str], str]]:
     """The svg element, its title, description, style and arrow heads, the
     lanes' backgrounds and labels: (svg, the group to draw in, arrow(colour))."""
     svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg", "class": "mmiosim-timeline",
@@ -1321,7 +1362,7 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels):
                      refY="5", markerWidth="6", markerHeight="6", orient="auto")
         _el(marker, "path", d="M0,0 L10,5 L0,10 z", fill=c)
 
-    def arrow(colour):
+    def arrow(colour: str) -> str:
         return f"url(#{ident}-arr{palette.index(colour)})"
     _el(g, "rect", x=0, y=0, width=L.width, height=L.height, fill="white")
     for i, line in enumerate(L.title_lines):
@@ -1414,7 +1455,8 @@ def _draw_interrupts(g: ET.Element, L: _Layout, labels: _Labels) -> None:
                      region=(0, top, L.width, top + hgt))
 
 
-def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Labels) -> None:
+def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbell: int,
+                 labels: _Labels) -> None:
     dev_top, dev_h = L.lane[("device", 0)]
     b_top, b_h = L.lane[("bridge", 0)]
     dev_region = (0, dev_top, L.width, dev_top + dev_h)
@@ -1424,11 +1466,11 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
     too_late = {r.disabled.seq for r in L.rets if any(q.late and q.lineno > r.lineno for q in L.irqs)
                 or r.disabled.arrive is None or r.disabled.arrive > r.ts}
 
-    def qy(w):
+    def qy(w: Write) -> int:
         top, _ = L.lane[("cpu", w.cpu)]
         return top + 26 + L.q_rows[w.seq] * L.row_h
 
-    def by(w):
+    def by(w: Write) -> int:
         return b_top + 24 + L.b_rows[w.seq] * L.row_h
 
     # The finding's writes first (their labels are placed before any other),
@@ -1476,10 +1518,10 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
             _el(item, "line", x1=_f(xp), y1=wy, x2=_f(xd), y2=wy, stroke=colour,
                 stroke_width=thick, stroke_opacity="0.55")
             text = mark[0] if mark else _queue_label(w, doorbell, disables)
-            bold = ";font-weight:bold" if mark else ""
+            weight = ";font-weight:bold" if mark else ""
             labels.place(item, text, [(xp - 5, wy + 4, "end"), (xd + 5, wy + 4, "start"),
                                       (xp, wy - 5, "start")], 11, mono=True, bold=bool(mark),
-                         cls="code", style=f"fill:{colour}{bold}",
+                         cls="code", style=f"fill:{colour}{weight}",
                          region=(0, top + 14, L.width, top + hgt))
         # into the bridge
         _el(item, "line", x1=_f(xd), y1=wy, x2=_f(xd), y2=wb, stroke=hot,
@@ -1521,7 +1563,8 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow, doorbell: int, labels: _Label
     _draw_groups(g, L, labels, doorbell, qy, by)
 
 
-def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int, qy, by) -> None:
+def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int,
+                 qy: Callable[[Write], int], by: Callable[[Write], int]) -> None:
     """One bar, one label for each run of writes that waited together."""
     dev_top, dev_h = L.lane[("device", 0)]
     b_top, b_h = L.lane[("bridge", 0)]
@@ -1614,7 +1657,9 @@ def recordings_in(data: str) -> list[Recording]:
     """The recordings vm/record sent on a serial line (gzip'd, base64'd, between
     marker lines), in the order sent; everything between them is ignored. Each
     is inflated to at most MAX_RECORDING bytes."""
-    out, cur, body = [], None, []
+    out: list[Recording] = []
+    cur: int | None = None
+    body: list[str] = []
     for line in data.replace("\r", "").split("\n"):
         m = RECORD_RE.match(line) if len(line) < 80 else None
         if m and m.group(2) == "begin":

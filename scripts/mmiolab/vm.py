@@ -37,7 +37,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import InitVar, dataclass, field
+from typing import Any
 
 from . import MmiolabError, bounded, initramfs, kernel
 from .config import Config
@@ -64,7 +66,7 @@ class VMError(MmiolabError):
     """The VM could not be started at all (no kernel, no QEMU)."""
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> str:
     # KERNEL, from the environment when asked (tests): kernel.tree().bzimage.
     if name == "KERNEL":
         return kernel.tree().bzimage
@@ -108,7 +110,7 @@ class VMConfig:
         self.monitor = cfg.qemu_monitor if self.monitor is None else self.monitor
 
     @classmethod
-    def from_config(cls, cfg: Config, **options) -> VMConfig:
+    def from_config(cls, cfg: Config, **options: Any) -> VMConfig:
         return cls(config=cfg, **options)
 
 
@@ -200,9 +202,9 @@ def probe_kvm(cfg: VMConfig, timeout: float = 3.0) -> tuple[bool, str]:
     if ok:
         probe_cfg = VMConfig(kernel=cfg.kernel, initrd=cfg.initrd, smp=1, memory=cfg.memory,
                              accel="kvm", timeout=15, build=cfg.build, monitor=cfg.monitor)
-        res = run("true", cfg=probe_cfg, accel="kvm")
-        ok = res.ok
-        reason = "a KVM guest booted" if ok else f"a KVM guest failed: {res.status}"
+        booted = run("true", cfg=probe_cfg, accel="kvm")
+        ok = booted.ok
+        reason = "a KVM guest booted" if ok else f"a KVM guest failed: {booted.status}"
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     tmp = f"{cache}.{os.getpid()}.tmp"      # test runs may probe at once
     with open(tmp, "w") as f:
@@ -269,7 +271,7 @@ def run(command: str, files: dict[str, str | bytes] | None = None,
 
 
 @contextlib.contextmanager
-def claim_dir(path: str):
+def claim_dir(path: str) -> Iterator[str]:
     """A log folder that is reused run after run, for this run alone: path, or
     path.2, path.3... when another process (a test suite running two modules
     at once) is using it. The result's log names the folder used."""
@@ -349,7 +351,7 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def _record(build: str, proc: subprocess.Popen, cmd: list[str], files: list[str]) -> str:
+def _record(build: str, proc: subprocess.Popen[bytes], cmd: list[str], files: list[str]) -> str:
     d = _records_dir(build)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{os.getpid()}-{proc.pid}.json")
@@ -484,7 +486,7 @@ class _ConsoleReader:
     log, at most cap bytes: notes when the harness started (boot) and when a
     panic appeared; past cap it is a flood and it kills QEMU."""
 
-    def __init__(self, proc: subprocess.Popen, path: str, cap: int, t0: float):
+    def __init__(self, proc: subprocess.Popen[bytes], path: str, cap: int, t0: float):
         self.proc = proc
         self.path = path
         self.cap = cap
@@ -501,7 +503,8 @@ class _ConsoleReader:
         buf = self.buf
         with open(self.path, "wb") as log:
             while True:
-                chunk = self.proc.stdout.read1(65536)
+                # A pipe of bufsize -1 is a BufferedReader; typeshed says only IO.
+                chunk = self.proc.stdout.read1(65536)  # type: ignore[attr-defined]
                 if not chunk:
                     break
                 if len(buf) + len(chunk) > self.cap:
@@ -603,7 +606,7 @@ class _ChannelTail:
         return data
 
 
-def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
+def _watch(proc: subprocess.Popen[bytes], cfg: VMConfig, console: _ConsoleReader,
            done: _MarkerWatch, channel_path: str, t0: float,
            patience: Patience) -> str | None:
     """Wait for QEMU to end, or end it: at the done marker (returns None), at
@@ -638,7 +641,7 @@ def _watch(proc: subprocess.Popen, cfg: VMConfig, console: _ConsoleReader,
     return status
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """QEMU and anything it started (its own process group)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -646,7 +649,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _reap(proc: subprocess.Popen, console: _ConsoleReader) -> tuple[int, str]:
+def _reap(proc: subprocess.Popen[bytes], console: _ConsoleReader) -> tuple[int, str]:
     """QEMU's exit code and stderr, once it has ended; closes its pipes."""
     rc = proc.wait()
     console.thread.join(timeout=5)

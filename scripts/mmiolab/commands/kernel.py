@@ -15,7 +15,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the debug kernel (lockdep, KFENCE...: vm/debug.config) in build/kernel-debug")
 
 
-def overrides(args: argparse.Namespace) -> dict:
+def overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"debug": args.debug}          # else MMIOLAB_DEBUG's
 
 

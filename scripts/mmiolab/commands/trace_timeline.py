@@ -73,14 +73,15 @@ def driver(solution: str) -> str:
 
 
 def record(name: str, solution: str, source: str, cmds: int, accel: str | None, tries: int,
-           cfg: Config):
+           cfg: Config) -> tuple[str, dict[str, str]]:
     lab = load_lab("doorbell")
     work = os.path.join(cfg.build, "trace-timeline", name)
     os.makedirs(work, exist_ok=True)
     path = lab.solution_source(solution) if solution else lab.starter
     build = build_driver(lab, path, os.path.join(work, "module"), cfg=cfg)
-    files = {"/job/ringdrv.ko": build.ko, "/job/driver": f"{source}\n".encode(),
-             "/job/lab": b"doorbell\n"}
+    files: dict[str, str | bytes] = {"/job/ringdrv.ko": build.ko,
+                                     "/job/driver": f"{source}\n".encode(),
+                                     "/job/lab": b"doorbell\n"}
     for prog, path in guest_programs(lab, cfg).items():
         files[f"/job/{prog}"] = path
     test = f"/job/ringtest -k 1 -N race -n {cmds}"
@@ -107,7 +108,7 @@ def record(name: str, solution: str, source: str, cmds: int, accel: str | None, 
     return trace, meta
 
 
-def recorded(name: str, cfg: Config):
+def recorded(name: str, cfg: Config) -> tuple[str, dict[str, str]]:
     """The last recording of this driver (for --reuse)."""
     work = os.path.join(cfg.build, "trace-timeline", name)
     try:
@@ -120,7 +121,8 @@ def recorded(name: str, cfg: Config):
                          "run without --reuse")
 
 
-def excerpt(name: str, source: str, want: str, trace: str, meta: dict) -> timeline.Drawing:
+def excerpt(name: str, source: str, want: str, trace: str,
+            meta: dict[str, str]) -> timeline.Drawing:
     header = {"mmiolab": "a recorded run of the lab kernel: an excerpt of "
                          "/sys/kernel/tracing/trace",
               "recorded_by": "/usr/bin/python3 scripts/trace-timeline (re-record with it)",

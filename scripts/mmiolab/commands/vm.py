@@ -18,7 +18,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="extra kernel command-line words (e.g. mmiosim.profile=pci)")
 
 
-def overrides(args: argparse.Namespace) -> dict:
+def overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"smp": args.smp, "memory": args.memory, "accel": args.accel}
 
 
