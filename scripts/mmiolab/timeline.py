@@ -924,6 +924,21 @@ def _nice_step(span_us: float, target: int = 8) -> float:
     return raw
 
 
+def _place_rows(items: list, rows: list[int], row_of: dict[int, int], groups: list[_Group],
+                group_of: dict[int, _Group]) -> None:
+    """Each item's row into row_of (by seq; a folded group's row for each of its
+    writes), and the groups into groups and group_of (a lane's queue or the
+    bridge: the same bookkeeping)."""
+    for it, r in zip(items, rows):
+        if isinstance(it, _Group):
+            groups.append(it)
+            for w in it.writes:
+                row_of[w.seq] = r
+                group_of[w.seq] = it
+        else:
+            row_of[it.seq] = r
+
+
 def _rows(intervals: Iterable[tuple[float, float]]) -> tuple[list[int], int]:
     """Greedy sub-row assignment so that bars in one lane do not overlap."""
     ends: list[float] = []
@@ -1223,14 +1238,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
             else:
                 spans_x.append((x(it.post) - qlabel_w(it), x(it.drain) + 4))
         rows, n = _rows(spans_x)
-        for it, r in zip(items, rows):
-            if isinstance(it, _Group):
-                q_groups.append(it)
-                for w in it.writes:
-                    q_rows[w.seq] = r
-                    q_group_of[w.seq] = it
-            else:
-                q_rows[it.seq] = r
+        _place_rows(items, rows, q_rows, q_groups, q_group_of)
         q_n[c] = n
     b_order = sorted(writes, key=lambda w: (w.drain, w.seq))
     # When each write was due at the device: bridge_ns after it entered the
@@ -1256,14 +1264,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     b_rows: dict[int, int] = {}
     b_groups: list[_Group] = []
     b_group_of: dict[int, _Group] = {}
-    for it, r in zip(items, rows):
-        if isinstance(it, _Group):
-            b_groups.append(it)
-            for w in it.writes:
-                b_rows[w.seq] = r
-                b_group_of[w.seq] = it
-        else:
-            b_rows[it.seq] = r
+    _place_rows(items, rows, b_rows, b_groups, b_group_of)
     row_h = 15
     lanes: list[Lane] = []
     title_lines = _wrap(title, width - 24, 13 * 1.12) if title else []
