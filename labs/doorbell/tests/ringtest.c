@@ -247,8 +247,8 @@ int main(int argc, char **argv)
 		w[i].cpu = i % ncpu;
 		w[i].id = i;
 		pthread_create(&w[i].th, NULL, work, &w[i]);
-	pthread_create(&watcher, NULL, watch, NULL);
 	}
+	pthread_create(&watcher, NULL, watch, NULL);
 	for (i = 0; i < threads; i++) {
 		pthread_join(w[i].th, NULL);
 		ok += w[i].ok;
