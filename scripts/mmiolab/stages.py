@@ -56,6 +56,13 @@ BUILD_FAILED = "build-failed"
 TOO_SLOW_WORDS = ("not graded: the grading machine was too slow to finish the tests in the time "
                   "it allows (they were still making progress when it ran out). This says "
                   "nothing about your driver and is not counted; your instructor is told.")
+# A ring test whose only failures are commands the driver timed out and the
+# card executed later, once, with no stale doorbell or descriptor (ringtest's
+# 'starved=N'): the host starved the guest's vCPUs; model.TOO_SLOW too.
+STARVED_WORDS = ("not graded: the grading machine starved the test guest's CPUs (commands "
+                 "your driver timed out were all executed later by the card, once each, "
+                 "with no sign of a race). This says nothing about your driver and is not "
+                 "counted; your instructor is told.")
 # A guest that went down before its harness started (vm.RunResult.boot_seconds
 # None), twice (lab.run_tests boots once more): the driver was not loaded yet.
 NO_BOOT_WORDS = ("not graded: the test guest failed while booting, before your driver was "
@@ -491,22 +498,30 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
-    verdict = "graded"
+    verdict, words = "graded", ""
     runs = [r.result for r in (ran.visible, ran.hidden) if r is not None]
     slow = [r for r in runs if r.status == "slow"]
     unbooted = [r for r in runs if r.status != "exited" and r.boot_seconds is None]
+    starved = starved_tests(spec, parsed, hidden)
     if slow:
         # clean_log failed only because the run did not finish: not the driver's.
-        verdict = model.TOO_SLOW
+        verdict, words = model.TOO_SLOW, TOO_SLOW_WORDS
         _not_charged(spec, tests, TOO_SLOW_WORDS, slow[0].describe(),
                      clean_log=res.status == "slow" and not events and not seen.problem)
     elif unbooted:
         # What its console shows is the boot's, before the driver was loaded.
-        verdict = "grader-error"
+        verdict, words = "grader-error", NO_BOOT_WORDS
         _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
                      clean_log=res.boot_seconds is None)
-    if verdict != "graded":
-        notes.insert(0, TOO_SLOW_WORDS if slow else NO_BOOT_WORDS)
+    elif starved and clean and not hidden_unclean:
+        # Lateness is excused only on clean consoles: a warning is the driver's.
+        verdict, words = model.TOO_SLOW, STARVED_WORDS
+        for t in tests:
+            if t.name in starved:
+                t.status, t.score = "error", 0.0
+                t.output += f"\n\n{STARVED_WORDS}\n({starved[t.name]})"
+    if words:
+        notes.insert(0, words)
     return model.GradeResult(
         submission_id=sub_id, lab=spec.name, tests=tests,
         replay=replay(spec, ran.visible.seeds, parsed, seen.info),
@@ -515,6 +530,30 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds,
         confinement=ready.confinement)
+
+
+def starved_tests(spec: LabSpec, *parsed: ktap.ParseResult | None) -> dict[str, str]:
+    """The guest-run tests that failed only because the guest was starved: each
+    failing case (a seed's, or the test itself where it has none) says
+    ringtest's 'starved=N'. Name -> what they said; none if any test failed
+    otherwise, in any run: a race or an error seen anywhere is graded."""
+    out: dict[str, str] = {}
+    for p in parsed:
+        if p is None:
+            continue
+        for g in spec.ktap_tests + spec.hidden_tests:
+            test = p.root.find(g.name)
+            if test is None or test.status.ok:
+                continue
+            failing = [c for c in test.subtests if not c.status.ok] if test.subtests \
+                else [test]
+            if not failing:
+                return {}                # failed, but no case did: not lateness
+            said = [c.values().get("starved", "") for c in failing]
+            if not all(v.isdigit() and int(v) > 0 for v in said):
+                return {}
+            out[g.name] = "; ".join(f"{c.name}: starved={v}" for c, v in zip(failing, said))
+    return out
 
 
 def _not_charged(spec: LabSpec, tests: list[model.TestOutcome], words: str, why: str,
