@@ -112,13 +112,13 @@ class ConfigTest(unittest.TestCase):
                "MMIOLAB_SANDBOX_GID": "1001", "MMIOLAB_QEMU_MONITOR": "/m.sock",
                "MMIOLAB_AUTOGRADER": "/ag", "MMIOLAB_PRAIRIELEARN": "/pl",
                "MMIOLAB_CONFINE": "jail", "MMIOLAB_JAIL_UID": "70000",
-               "MMIOLAB_JAIL_GID": "70001", "PATH": "/bin"}
+               "MMIOLAB_JAIL_GID": "70001", "MMIOLAB_TIME_LIMIT": "1200", "PATH": "/bin"}
         self.assertEqual(set(config.ENV.values()), set(env) - {"PATH"})
         self.assertEqual(Config.from_env(env), Config(
             build="/b", kernel_tarball="/t.tar.xz", patches="/p", debug=True, smp=4,
             memory="1G", accel="tcg", sandbox_uid=1000, sandbox_gid=1001,
             qemu_monitor="/m.sock", autograder="/ag", prairielearn="/pl", confine="jail",
-            jail_uid=70000, jail_gid=70001))
+            jail_uid=70000, jail_gid=70001, time_limit=1200))
         self.assertFalse(Config.from_env({"MMIOLAB_DEBUG": "yes"}).debug)   # only "1"
         # Arguments override the environment; one not given (None) does not.
         cfg = Config.from_env(env, smp=2, accel=None)

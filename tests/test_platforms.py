@@ -3,6 +3,7 @@ has the same few names, the pipeline names none of them, --platform NAME and
 the old flags are one option, and a platform added to the registry is graded
 into with no change to the pipeline."""
 
+import argparse
 import ast
 import dataclasses
 import json
@@ -115,7 +116,7 @@ class NewPlatformTest(unittest.TestCase):
             other = Platform(name="codegrade", title="CodeGrade", root_setting="autograder",
                              student="student", results="out/grade.json",
                              write_results=write_results, problems=lambda doc: [],
-                             pack_module="mmiolab.platforms.gradescope.pack")
+                             pack_module="mmiolab.platforms.gradescope.pack", time_limit=600)
             spec = labspec.load_lab("doorbell")
             opts = grade.GradeOptions(seeds=[1], out=os.path.join(tmp, "out"), cfg=cfg)
             refused = stages.Refused(verdict="intake", why="no ringdrv.c")
@@ -125,6 +126,30 @@ class NewPlatformTest(unittest.TestCase):
             self.assertEqual(written, [os.path.join(tmp, "codegrade", "out", "grade.json")])
             with open(written[0]) as f:
                 self.assertEqual(json.load(f), {"points": r.score})
+
+    def test_a_job_keeps_to_the_platforms_time_limit_or_the_one_set(self):
+        for p in PLATFORMS.values():
+            with self.subTest(p.name):
+                self.assertEqual(p.budget(Config()), 600)
+                self.assertEqual(p.budget(Config(time_limit=1200)), 1200)
+
+    def test_the_grade_command_grades_to_the_platforms_deadline(self):
+        seen = []
+
+        def fake_grade_one(spec, path, sub_id, opts, platform=None):
+            seen.append(opts.deadline)
+            return stages.not_graded(spec, sub_id, "intake", "no ringdrv.c")
+
+        with tempfile.TemporaryDirectory(dir=BUILD) as tmp, \
+                mock.patch.object(grade_command, "grade_one", fake_grade_one), \
+                mock.patch.object(grade_command, "confinement", lambda cfg: ("jail", "")), \
+                mock.patch.object(grade_command.initramfs, "build", lambda cfg: None), \
+                mock.patch.object(grade_command.os.path, "exists", lambda p: True):
+            cfg = Config(build=tmp, autograder=tmp, time_limit=900)
+            ap = argparse.ArgumentParser()
+            grade_command.add_arguments(ap)
+            grade_command.run(ap.parse_args(["--lab", "doorbell", "--gradescope"]), cfg)
+        self.assertEqual(seen, [grade_command.STARTED + 900 - grade_command.JOB_RESERVE])
 
     def test_the_platform_is_frozen(self):
         with self.assertRaises(dataclasses.FrozenInstanceError):

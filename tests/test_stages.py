@@ -17,6 +17,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -392,6 +393,30 @@ class RunStageTest(StageCase):
         guest = FakeGuest()
         self.run_stage(guest)
         self.assertEqual(len(guest.calls), 1)
+
+    def test_a_deadline_cuts_each_guests_limits_short(self):
+        # A platform's time limit (grade --platform): no guest outlives it.
+        guest = FakeGuest()
+        with mock.patch.object(stages.guestout, "read_bounded", guestout.read):
+            self.run_stage(guest, deadline=time.monotonic() + 100)
+        visible, hidden = guest.calls
+        for call in (visible, hidden):
+            self.assertLessEqual(call["timeout"], 100)
+            self.assertLessEqual(call["stall_timeout"], call["timeout"])
+
+    def test_no_hidden_guest_without_the_time_for_it_and_it_is_not_charged(self):
+        guest = FakeGuest()
+        with mock.patch.object(stages.guestout, "read_bounded", guestout.read):
+            ran = self.run_stage(guest, deadline=time.monotonic() + stages.MIN_HIDDEN_RUN / 2)
+        self.assertEqual(len(guest.calls), 1)
+        self.assertIn("time limit", ran.out_of_time)
+        r = stages.score(self.spec, "alice", self.prepared(), ran)
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, model.TOO_SLOW)
+        self.assertEqual(t["race"].status, "passed")
+        for name in ("race_4cpu", "race_long"):
+            self.assertEqual((t[name].status, t[name].score), ("error", 0), name)
+            self.assertIn(stages.TOO_SLOW_WORDS, t[name].output)
 
     def test_run_guest_takes_other_limits_when_given(self):
         guest = FakeGuest()

@@ -45,6 +45,9 @@ class Config:
     qemu_monitor: str = ""                       # debugging: a QEMU monitor socket
     autograder: str = "/autograder"              # Gradescope's container root
     prairielearn: str = "/grade"                 # PrairieLearn's container root
+    # Seconds a platform gives one grading job, where its instructor raised
+    # it (0: the platform's default, Platform.time_limit).
+    time_limit: int = 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Config:
@@ -92,4 +95,5 @@ ENV = {
     "qemu_monitor": "MMIOLAB_QEMU_MONITOR",
     "autograder": "MMIOLAB_AUTOGRADER",
     "prairielearn": "MMIOLAB_PRAIRIELEARN",
+    "time_limit": "MMIOLAB_TIME_LIMIT",      # seconds: a platform's job limit as set
 }

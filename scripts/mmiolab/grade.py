@@ -46,6 +46,9 @@ class GradeOptions:
     # works here, False only when the instructor allowed none.
     confined: bool | str = True
     cfg: Config = field(default_factory=Config.from_env)
+    # time.monotonic() by which a grading must be done (a platform's time
+    # limit, less what the job needs around it); None: the lab's limits only.
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         self.out = self.out or os.path.join(self.cfg.build, "grades")
@@ -155,7 +158,8 @@ def _grade(spec: LabSpec, path: str, sub_id: str, opts: GradeOptions, out_dir: s
     if isinstance(ready, stages.Refused):
         return stages.refused(spec, sub_id, ready, opts.seeds)
     ran = stages.run(spec, ready, opts.seeds, out_dir, cmds=opts.cmds, append=opts.append,
-                     title=f"{sub_id}: the first failing run", cfg=opts.cfg)
+                     title=f"{sub_id}: the first failing run", cfg=opts.cfg,
+                     deadline=opts.deadline)
     return stages.score(spec, sub_id, ready, ran)
 
 

@@ -224,18 +224,23 @@ class Ran:
     hidden: Run | None = None                  # the hidden tests' guest, if it ran
     hidden_seen: guestout.GuestOutput | None = None
     hidden_seconds: float = 0.0                # its wall time, booting and reading too
+    # The hidden tests' guest was not started: too little of the grading's
+    # time was left (run's deadline). Not the driver's: model.TOO_SLOW.
+    out_of_time: str = ""
 
 
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
               cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
               timeout: float | None = None, console_cap: int | None = None,
-              cfg: Config | None = None) -> Run:
+              cfg: Config | None = None, deadline: float | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
     fabric) over the seeds, under the lab's fabric plus `append`. The console
     limit is the lab's unless given. A timeout given is the run's whole time;
     else the lab's limits, scaled to this machine (speed.slowdown), tell slow
     from stuck (vm.Patience): no progress for stall_timeout is a hang, the
-    ceiling reached while progressing is "slow"."""
+    ceiling reached while progressing is "slow". A deadline (time.monotonic())
+    cuts the ceiling and the stall limit short: a run still progressing then is
+    "slow" too."""
     kw: dict[str, Any] = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} \
         if hidden else {}
     if timeout is None:
@@ -244,29 +249,46 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
                                 lim.max_slowdown)
         timeout = lim.run_timeout * factor
         kw["stall_timeout"] = lim.stall_timeout * factor
+        if deadline is not None:
+            timeout = max(1.0, min(timeout, deadline - time.monotonic()))
+            kw["stall_timeout"] = min(kw["stall_timeout"], timeout)
     return run_tests(spec, ko, seeds, log_dir, cmds=cmds,
                      append=fabric_append(spec, hidden=hidden) + list(append), timeout=timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
                      cfg=cfg, **kw)
 
 
+#: The least time worth starting the hidden tests' guest in (seconds, before
+#: scaling): its boot alone takes 2-5 s on two CPUs, its runs tens of seconds.
+MIN_HIDDEN_RUN = 30.0
+
+
 def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = 10000,
         append: list[str] | tuple[str, ...] = (), title: str = "",
-        cfg: Config | None = None) -> Ran:
+        cfg: Config | None = None, deadline: float | None = None) -> Ran:
     """Run a prepared module: the visible tests in a guest (its logs, and the
     picture of a failing run titled `title`, in out_dir), then, if the lab has
     hidden tests and that guest finished, the hidden tests in a second one
     (out_dir/hidden). Every parser of guest output runs in a bounded child
-    (guestout.read_bounded)."""
-    visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append, cfg=cfg)
+    (guestout.read_bounded). With a deadline (a platform's time limit), no
+    guest runs past it, and the hidden guest starts only with MIN_HIDDEN_RUN
+    (scaled to this machine) left."""
+    visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append, cfg=cfg,
+                        deadline=deadline)
     res = visible.result
     ran = Ran(visible=visible, out_dir=out_dir,
               seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
         t0 = time.monotonic()
+        least = MIN_HIDDEN_RUN * speed.slowdown(spec.hidden_smp, spec.limits.max_slowdown)
+        if deadline is not None and deadline - t0 < least:
+            ran.out_of_time = (f"the hidden tests' guest was not started: {deadline - t0:.0f}s "
+                               f"of the grading's time limit were left, under {least:.0f}s")
+            return ran
         ran.hidden = run_guest(spec, ready.ko, seeds, os.path.join(out_dir, "hidden"),
-                               hidden=True, cmds=cmds, append=append, cfg=cfg)
+                               hidden=True, cmds=cmds, append=append, cfg=cfg,
+                               deadline=deadline)
         ran.hidden_seen = guestout.read_bounded(ran.hidden.result.channel,
                                                 ran.hidden.result.console, ran.hidden.nonce)
         ran.hidden_seconds = time.monotonic() - t0
@@ -498,15 +520,18 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             failing.html = picture.html
     if res.status != "exited":
         notes.append(res.describe())
+    if ran.out_of_time:
+        notes.append(ran.out_of_time)
     verdict, words = "graded", ""
     runs = [r.result for r in (ran.visible, ran.hidden) if r is not None]
     slow = [r for r in runs if r.status == "slow"]
     unbooted = [r for r in runs if r.status != "exited" and r.boot_seconds is None]
     starved = starved_tests(spec, parsed, hidden)
-    if slow:
+    if slow or ran.out_of_time:
         # clean_log failed only because the run did not finish: not the driver's.
         verdict, words = model.TOO_SLOW, TOO_SLOW_WORDS
-        _not_charged(spec, tests, TOO_SLOW_WORDS, slow[0].describe(),
+        _not_charged(spec, tests, TOO_SLOW_WORDS,
+                     slow[0].describe() if slow else ran.out_of_time,
                      clean_log=res.status == "slow" and not events and not seen.problem)
     elif unbooted:
         # What its console shows is the boot's, before the driver was loaded.

@@ -27,13 +27,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from .. import initramfs, kernel, labspec
 from ..config import Config
 from ..grade import GradeOptions, entries_for, grade_batch, grade_one
 from ..lab import confinement
-from ..model import NOT_CHARGED
+from ..model import NOT_CHARGED, TOO_SLOW
 from ..platforms import PLATFORMS
+
+# When this grader started: a platform's time limit runs from about then.
+STARTED = time.monotonic()
+# Of a platform's time limit, what a job needs besides the grading (its
+# container's start before this process, results written after): seconds.
+JOB_RESERVE = 30
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -89,6 +96,10 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         # move the roots (tests).
         platform = PLATFORMS[args.platform]
         opts.out = os.path.join(cfg.build, f"{platform.name}-run")
+        # Stop before the platform does: a job it kills gets no result and no
+        # reason, one stopped here is "too slow" with the reason in its log.
+        budget = platform.budget(cfg)
+        opts.deadline = STARTED + budget - JOB_RESERVE
         r = grade_one(spec, platform.submission(cfg), "submission", opts, platform=platform)
         print(f"grade: {r.score:g}/{r.max_score:g} ({r.verdict})")
         # The job's own output is the instructor's there, never the student's:
@@ -99,6 +110,12 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
         if r.verdict in NOT_CHARGED:
             # The platform's error output, for the instructor: not the student's.
             print("grade: not counted: " + "\n".join(r.notes[:3]), file=sys.stderr)
+            if r.verdict == TOO_SLOW:
+                print(f"grade: this job may take {budget}s on {platform.title} "
+                      f"(MMIOLAB_TIME_LIMIT when its limit was raised) and had run "
+                      f"{time.monotonic() - STARTED:.0f}s: give the job more time or more "
+                      f"CPU ('scripts/kit calibrate' says what a submission takes here)",
+                      file=sys.stderr)
             return 1
         return 0
     if not args.submissions:

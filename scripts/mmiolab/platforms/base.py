@@ -33,6 +33,12 @@ class Platform:
     write_results: Callable[[GradeResult, str], bool]   # whether it wrote the file
     problems: Callable[[Any], list[str]]     # what in a results document it would refuse
     pack_module: str           # its packer (pack(spec, out_dir, ...), default_out(cfg))
+    time_limit: int            # seconds it gives one grading job by default
+
+    def budget(self, cfg: Config) -> int:
+        """Seconds one grading may take here: the limit the instructor set
+        (MMIOLAB_TIME_LIMIT), else the platform's default."""
+        return cfg.time_limit or self.time_limit
 
     def root(self, cfg: Config) -> str:
         value: str = getattr(cfg, self.root_setting)

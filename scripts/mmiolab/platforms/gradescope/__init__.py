@@ -99,4 +99,7 @@ PLATFORM = Platform(
     name="gradescope", title="Gradescope", root_setting="autograder",
     student="submission", results="results/results.json",
     write_results=write_results, problems=problems,
-    pack_module=__name__ + ".pack")
+    pack_module=__name__ + ".pack",
+    # Gradescope's default autograder timeout, 10 minutes (its troubleshooting
+    # page: "It took longer than 600 seconds to run"); an instructor may raise it.
+    time_limit=600)

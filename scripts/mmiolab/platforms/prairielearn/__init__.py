@@ -202,4 +202,7 @@ PLATFORM = Platform(
     name="prairielearn", title="PrairieLearn", root_setting="prairielearn",
     student="student", results="results/results.json",
     write_results=write_results, problems=problems,
-    pack_module=__name__ + ".pack")
+    pack_module=__name__ + ".pack",
+    # PrairieLearn's cap on a job's run time (docs/externalGrading.md: "cannot
+    # exceed 600 seconds"), which the question's info.json asks for (pack.TIMEOUT).
+    time_limit=600)
