@@ -131,6 +131,21 @@ FAKE_QEMU = textwrap.dedent("""\
     """) % NONCE
 
 
+class ClockTest(unittest.TestCase):
+    """A guest's clock against the host's, from the heartbeat's count."""
+
+    def result(self, seconds, boot, beats):
+        return vm.RunResult("exited", 0, "", "", seconds, boot, "tcg", "", beats=beats)
+
+    def test_the_beats_per_host_second_of_the_harness(self):
+        self.assertEqual(self.result(40.0, 0.0, 20).clock_ratio, 0.5)
+        self.assertEqual(self.result(22.0, 2.0, 100).clock_ratio, 5.0)
+
+    def test_too_short_a_run_or_no_boot_says_nothing(self):
+        for seconds, boot, beats in ((9.0, 0.0, 50), (60.0, 0.0, 4), (60.0, None, 50)):
+            self.assertIsNone(self.result(seconds, boot, beats).clock_ratio)
+
+
 class FakeGuestTest(unittest.TestCase):
     """vm._run_qemu with a fake QEMU that writes a heartbeat until killed."""
 

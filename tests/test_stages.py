@@ -12,6 +12,7 @@ doorbell starter for real; none boots a guest.
 """
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -543,6 +544,31 @@ class ScoreStageTest(StageCase):
             "# race_long: starved=1 (...)", "not ok 2 race_long"], hidden_console=WARNING))
         self.assertEqual(r.verdict, "graded")
         self.assertEqual(self.by_name(r)["race_long"].status, "failed")
+
+    def fast_clock(self, ran, beats):
+        res = ran.visible.result
+        ran.visible.result = dataclasses.replace(res, seconds=30.5, boot_seconds=0.5,
+                                                 beats=beats)
+        return ran
+
+    def test_a_failure_on_a_guest_with_a_fast_clock_is_not_charged(self):
+        # Seen under host load: a correct posting driver lost 6 commands to
+        # timeouts in a guest whose clock ran about five times fast.
+        ran = self.fast_clock(self.ran(channel="race-fail.channel.log"), beats=150)
+        r = stages.score(self.spec, "alice", self.prepared(), ran)
+        t = self.by_name(r)
+        self.assertEqual(r.verdict, "grader-error")
+        self.assertEqual(r.notes[0], stages.FAST_CLOCK_WORDS)
+        self.assertEqual((t["race"].status, t["race"].score), ("error", 0))
+        self.assertIn("5.0 times as fast", t["race"].output)
+        self.assertEqual(t["build"].status, "passed")
+
+    def test_a_clock_that_keeps_time_or_a_pass_is_graded(self):
+        ran = self.fast_clock(self.ran(channel="race-fail.channel.log"), beats=29)
+        self.assertEqual(stages.score(self.spec, "a", self.prepared(), ran).verdict, "graded")
+        ran = self.fast_clock(self.ran(), beats=150)
+        r = stages.score(self.spec, "a", self.prepared(), ran)
+        self.assertEqual((r.verdict, r.score), ("graded", 100))
 
     def test_a_race_beside_a_starved_seed_is_graded(self):
         late = [self.STARVED, "  # seed_1: starved=2 (...)"]

@@ -63,6 +63,14 @@ STARVED_WORDS = ("not graded: the grading machine starved the test guest's CPUs 
                  "your driver timed out were all executed later by the card, once each, "
                  "with no sign of a race). This says nothing about your driver and is not "
                  "counted; your instructor is told.")
+# A guest whose clock ran faster than the host's (vm.RunResult.clock_ratio over
+# FAST_CLOCK): its timeouts, the driver's and the tests', fired early. A run
+# that failed there is the grading machine's fault: "grader-error".
+FAST_CLOCK = 1.5
+FAST_CLOCK_WORDS = ("not graded: the test guest's clock ran faster than real time (the "
+                    "grading machine was overloaded), so timeouts in your driver and in the "
+                    "tests fired early. This says nothing about your driver and is not "
+                    "counted; your instructor is told.")
 # A guest that went down before its harness started (vm.RunResult.boot_seconds
 # None), twice (lab.run_tests boots once more): the driver was not loaded yet.
 NO_BOOT_WORDS = ("not graded: the test guest failed while booting, before your driver was "
@@ -527,6 +535,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
     slow = [r for r in runs if r.status == "slow"]
     unbooted = [r for r in runs if r.status != "exited" and r.boot_seconds is None]
     starved = starved_tests(spec, parsed, hidden)
+    fast = [r for r in runs if (r.clock_ratio or 0.0) > FAST_CLOCK]
     if slow or ran.out_of_time:
         # clean_log failed only because the run did not finish: not the driver's.
         verdict, words = model.TOO_SLOW, TOO_SLOW_WORDS
@@ -538,6 +547,15 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         verdict, words = "grader-error", NO_BOOT_WORDS
         _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
                      clean_log=res.boot_seconds is None)
+    elif fast and any(t.status != "passed" for t in tests if t.name != "build"):
+        # A pass on a fast clock stands (its timeouts only came sooner).
+        verdict, words = "grader-error", FAST_CLOCK_WORDS
+        why = f"the guest's clock ran {fast[0].clock_ratio:.1f} times as fast as the host's"
+        notes.append(why)
+        for t in tests:
+            if t.name != "build" and t.status != "passed":
+                t.status, t.score = "error", 0.0
+                t.output += f"\n\n{FAST_CLOCK_WORDS}\n({why})"
     elif starved and clean and not hidden_unclean:
         # Lateness is excused only on clean consoles: a warning is the driver's.
         verdict, words = model.TOO_SLOW, STARVED_WORDS

@@ -135,6 +135,20 @@ class RunResult:
     def ok(self) -> bool:
         return self.status == "exited" and self.exit_code == 0
 
+    @property
+    def clock_ratio(self) -> float | None:
+        """The guest's seconds per host second while its harness ran, at least:
+        the harness's heartbeat sleeps a guest second between beats, so a guest
+        whose clock keeps time sends at most one beat per host second. None
+        for a run too short to tell. (Seen under host load: a guest whose
+        clock ran four to six times fast, its drivers' timeouts firing early.)"""
+        if self.boot_seconds is None:
+            return None
+        ran = self.seconds - self.boot_seconds
+        if ran < 10 or self.beats < 5:
+            return None
+        return self.beats / ran
+
     def describe(self) -> str:
         hang = "the guest did not finish in time and was killed (hang)"
         if self.stall_timeout:
