@@ -587,6 +587,10 @@ def measure(spec: LabSpec, solution: str, out: str, cfg: Config,
         r.children for r in table.extra if not r.detail)
     table.wall = t1.wall - t0.wall - sum(r.wall or 0.0 for r in table.extra if not r.detail)
     _notes(table)
+    # The grader's own timings (instructor.json), for comparison: wall seconds.
+    table.notes.append(f"the grader's own record (instructor.json): {result.execution_time:.1f} s, "
+                       f"the hidden tests' guest {result.hidden_seconds:.1f} s"
+                       + (" (the experiment's guest included)" if trace_share else ""))
     table.check()
     return table
 
