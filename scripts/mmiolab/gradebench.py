@@ -51,7 +51,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import MmiolabError, grade, guestout, lab, model, objcheck, sandbox, stages, submission, vm
+from . import (MmiolabError, grade, guestout, lab, model, objcheck, sandbox, speed, stages,
+               submission, vm)
 from .config import Config
 from .labspec import LabSpec
 
@@ -482,9 +483,12 @@ class QemuRun:
 
 
 def measure(spec: LabSpec, solution: str, out: str, cfg: Config,
-            trace_share: bool = False) -> Table:
+            trace_share: bool = False, patience: float = 1.0) -> Table:
     """Grade `solution` of `spec` once into `out`, as scripts/grade does, and
-    return its table (Table.check holds)."""
+    return its table (Table.check holds). patience multiplies the guests'
+    time limits (speed.slowdown's factor): on a host loaded by others a
+    correct run may reach its ceiling ("too slow", not charged) and measure
+    only part of a grade; the CPU a run needs does not depend on it."""
     ledger = Ledger()
     runs: list[QemuRun] = []
     watch: list[BootWatch] = []
@@ -566,6 +570,13 @@ def measure(spec: LabSpec, solution: str, out: str, cfg: Config,
                          f"longer has: update gradebench.PHASES")
     patches: list[tuple[Any, str, Any]] = [
         (mod, attr, _wrap(ledger, getattr(mod, attr), row)) for mod, attr, row in PHASES]
+    real_slowdown = speed.slowdown
+
+    def slowdown(*a: Any, **kw: Any) -> float:
+        return float(real_slowdown(*a, **kw)) * patience
+
+    if patience != 1.0:
+        patches.append((speed, "slowdown", slowdown))
     patches += [(vm, "_run_qemu", run_qemu), (vm, "_record", record),
                 (vm, "_ConsoleReader", Reader), (stages, "run_guest", run_guest),
                 (sandbox, "run", sandbox_run)]

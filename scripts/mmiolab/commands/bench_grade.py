@@ -41,6 +41,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="grade this reference solution of LAB (default: its first by name)")
     ap.add_argument("--trace-share", action="store_true",
                     help="run each visible guest once more, recording no trace (not counted)")
+    ap.add_argument("--patience", type=float, default=1.0, metavar="N",
+                    help="multiply the guests' time limits by N (a host loaded by others)")
     ap.add_argument("--json", help="where the figures go (default: build/bench-grade.json)")
     ap.add_argument("--show", metavar="PATH", help="print the tables of saved figures, no grading")
 
@@ -84,13 +86,16 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     about = {"commit": head, "when": time.strftime("%Y-%m-%d %H:%M %Z"),
              "cpus": os.cpu_count(), "load_start": round(os.getloadavg()[0], 2),
              "nice": os.nice(0), "accel": vm.choose_accel(vm.VMConfig.from_config(cfg)),
-             "confinement": level, "guest_smp": cfg.smp}
+             "confinement": level, "guest_smp": cfg.smp, "patience": args.patience}
     print(f"bench-grade: {head}, {about['cpus']} CPUs, load average {about['load_start']}, "
-          f"nice {about['nice']}, {about['accel']}, builds confined by {level}", flush=True)
+          f"nice {about['nice']}, {about['accel']}, builds confined by {level}"
+          + (f", guests' time limits x{args.patience:g}" if args.patience != 1 else ""),
+          flush=True)
     tables = []
     for spec, sol in todo:
         out = os.path.join(cfg.build, "bench-grade", spec.name)
-        table = gradebench.measure(spec, sol, out, cfg, trace_share=args.trace_share)
+        table = gradebench.measure(spec, sol, out, cfg, trace_share=args.trace_share,
+                                   patience=args.patience)
         tables.append(table)
         print(gradebench.render(table) + "\n", flush=True)
     about["load_end"] = round(os.getloadavg()[0], 2)
