@@ -67,7 +67,7 @@ USER_HZ = 100
 BETWEEN = "grader, between the phases"
 WATCHER = "the benchmark's watcher of QEMU (not the grader's)"
 #: The context of the trace-share experiment's guest.
-UNTRACED = "visible guest, no trace recording"
+UNTRACED = "untraced visible guest"
 
 
 class BenchError(MmiolabError):
