@@ -9,7 +9,7 @@ SPHINX := $(PY) -m sphinx -W --keep-going -n -q
 # Everything generated goes here (MMIOLAB_BUILD moves it, as for the command).
 BUILD := $(or $(MMIOLAB_BUILD),build)
 
-.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bisect labstats handout \
+.PHONY: all demo check deps kernel kernel-debug initramfs vm docs bench bench-grade bisect labstats handout \
 	gradescope prairielearn cleanroots containers clean help full-kit
 
 all: kernel initramfs
@@ -48,6 +48,11 @@ vm: kernel initramfs
 ## make bench      the fabric's benchmark in a guest: flush costs, overtakes, accessor cost
 bench: kernel initramfs
 	@$(MMIOLAB) bench
+
+## make bench-grade  the CPU-seconds of one grade per lab, phase by phase (LAB=name for
+##                  one; TRACE=1 also measures trace recording's share); build/bench-grade.json
+bench-grade: full-kit kernel initramfs
+	@$(MMIOLAB) bench-grade $(foreach l,$(LAB),--lab $(l)) $(if $(filter 1,$(TRACE)),--trace-share)
 
 ## make labstats   every lab's claims over 100 seeds (LAB=name for one, SEEDS=n,
 ##                  ONLY='fixture:*' for some rows, BUDGET=s to stop a row's guest after

@@ -62,7 +62,8 @@ INSTRUCTOR_TOOLS = ("scripts/demo", "scripts/handout", "scripts/labstats", "scri
                     "scripts/mmiolab/handout.py", "scripts/mmiolab/labtest.py",
                     "scripts/mmiolab/commands/demo.py", "scripts/mmiolab/commands/handout.py",
                     "scripts/mmiolab/commands/labstats.py",
-                    "scripts/mmiolab/commands/trace_timeline.py")
+                    "scripts/mmiolab/commands/trace_timeline.py",
+                    "scripts/mmiolab/gradebench.py", "scripts/mmiolab/commands/bench_grade.py")
 
 
 

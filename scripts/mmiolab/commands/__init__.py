@@ -61,6 +61,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo", "build the kit and show it working"),
     "trace-timeline": ("trace_timeline", "trace-timeline", "record the docs' doorbell traces"),
     "coldstart": ("coldstart", "coldstart", "time a cold clone's make demo and make check"),
+    "bench-grade": ("bench_grade", "python3 -m mmiolab bench-grade",
+                    "the CPU of one grade per lab, phase by phase"),
     "calibrate": ("calibrate", "kit calibrate",
                   "measure this machine's guest speed and a submission's time here"),
 }
