@@ -32,7 +32,8 @@ GOOD_CMDS = int(os.environ.get("MMIOLAB_LAB_CMDS", "3000"))
 # in it: they need no words in a lab's [phrases].
 RUN_FACTS = {"seed", "cpus", "cpu", "irq_cpu", "cycles", "wait_us", "settle_us", "commands",
              "completed", "seconds", "first_failure_at", "reads_per_cmd", "mmiowbs_per_cmd",
-             "throughput_cps", "flush", "fraction"}
+             "throughput_cps", "flush", "doorbells", "bursts", "by_mmiowb", "by_read",
+             "unordered", "idle_flushes", "ordering_ns", "ns_per_doorbell"}
 
 
 class LabClaims:

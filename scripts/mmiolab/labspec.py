@@ -61,6 +61,12 @@ Schema (``schema = 1``)::
                                           # host: the grader decides it (build, console scan)
     per_seed    = true                    # optional: repeated over the seeds
     description = "..."
+    credit_by   = "flush"                 # optional, with credit: a pass earns the
+    credit.mmiowb = { share = 1.0 }       # points times the share for the value the
+    credit.none = { share = 0.0,          # harness reported for this key (a value
+        why = "...", flag = "..." }       # not listed: nothing); why: words in the
+                                          # test's output; flag: words for the
+                                          # instructor's report only
 
 A reference solution is a patch to the starter, ``solutions/NAME.patch``
 (``patch -p1``, no fuzz; what the fix is and why on its first lines, as the
@@ -123,14 +129,35 @@ class LabSpecError(MmiolabError):
 
 
 @dataclass(frozen=True)
+class Credit:
+    """What a passing test earns when its harness reported `value` for the
+    test's credit_by key: `share` of the points, `why` in its output, and
+    `flag` (if any) in the instructor's report."""
+    value: str
+    share: float
+    why: str = ""
+    flag: str = ""
+
+
+@dataclass(frozen=True)
 class GradedTest:
-    """One graded test: its KTAP name, its points and who may see it."""
+    """One graded test: its KTAP name, its points and who may see it. A test
+    with credit_by is scored by what its harness measured (lab.toml's credit
+    table: the doorbell lab's cost test), not by its status alone."""
     name: str
     points: float
     visibility: str
     description: str
     source: str = "ktap"
     per_seed: bool = False
+    credit_by: str = ""
+    credit: tuple[Credit, ...] = ()
+
+    def credit_for(self, values: dict[str, str]) -> Credit | None:
+        """The credit row for what the harness reported (its key=value
+        diagnostics), or None: the value is missing or not in the table."""
+        value = values.get(self.credit_by)
+        return next((c for c in self.credit if c.value == value), None)
 
 
 @dataclass(frozen=True)
@@ -578,7 +605,7 @@ def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...
     for i, t in enumerate(tests):
         where = f"tests[{i}]"
         v.keys(t, where, required={"name", "points", "visibility", "description"},
-               optional={"per_seed"} | (set() if source else {"source"}))
+               optional={"per_seed", "credit_by", "credit"} | (set() if source else {"source"}))
         name = v.string(t, "name", _TEST_NAME, "a KTAP test name ([a-z][a-z0-9_]*)", where)
         if name in seen:
             v.fail(f"{where}.name", f"duplicate test name {name!r}")
@@ -594,9 +621,38 @@ def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...
         per_seed = t.get("per_seed", False)
         if type(per_seed) is not bool:
             v.fail(f"{where}.per_seed", f"must be true or false, got {per_seed!r}")
+        credit_by, credit = _credit(v, t, where, kind)
         out.append(GradedTest(name=name, points=float(points), visibility=vis,
                               description=v.string(t, "description", where=where),
-                              source=kind, per_seed=per_seed))
+                              source=kind, per_seed=per_seed, credit_by=credit_by,
+                              credit=credit))
     if sum(t.points for t in out) <= 0:
         v.fail("tests", "the points add up to 0")
     return tuple(out)
+
+
+def _credit(v: _Validator, t: dict[str, Any], where: str,
+            kind: str) -> tuple[str, tuple[Credit, ...]]:
+    """A test's credit_by and credit table: both or neither, for a test a
+    harness reports; each row a share in [0, 1] and optional words."""
+    if "credit_by" not in t and "credit" not in t:
+        return "", ()
+    if "credit_by" not in t or "credit" not in t:
+        v.fail(where, "credit_by and credit go together")
+    if kind == "host":
+        v.fail(f"{where}.credit_by", "the grader decides a host test: no harness measurement "
+                                     "to credit")
+    by = v.string(t, "credit_by", _TEST_NAME, "a diagnostic key ([a-z][a-z0-9_]*)", where)
+    table = t["credit"]
+    if not isinstance(table, dict) or not table:
+        v.fail(f"{where}.credit", "must be a table: value = { share = ... }")
+    rows = []
+    for value, row in table.items():
+        at = f"{where}.credit.{value}"
+        v.keys(row, at, required={"share"}, optional={"why", "flag"})
+        share = v.number(row, "share", at, minimum=0, strict=False)
+        if share > 1:
+            v.fail(f"{at}.share", f"must be at most 1 (a share of the points), got {share!r}")
+        words = {k: v.string(row, k, where=at) for k in ("why", "flag") if k in row}
+        rows.append(Credit(value, float(share), **words))
+    return by, tuple(rows)

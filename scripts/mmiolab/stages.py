@@ -36,7 +36,6 @@ submission's shown name, the build its source's.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -298,50 +297,52 @@ def plain_words(test: ktap.Test, phrases: dict[str, str]) -> list[str]:
     return out
 
 
-#: The rule for a race passed with no flush the cost test could see ('flush=none':
-#: under half a read-back and half an mmiowb() per command): no cost marks, and
-#: a flag (score, below), since whatever passed the race did it some other way.
-NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
-            "cost marks are only for a flush it can see; the instructor reads the code")
-
-
 def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
                       phrases: dict[str, str]) -> model.TestOutcome:
     """Score one harness-reported test of a lab (graded: a labspec.GradedTest;
     phrases: the lab's words for its measurements, LabSpec.phrases).
 
-    A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
-    harness grades partially (the cost test: a read-back fix is correct but
-    heavier), and nothing when it says 'flush=none' whatever the fraction
-    (NO_FLUSH); anything else earns nothing.
+    A pass earns the points; for a test with a credit table (lab.toml's
+    credit_by and credit: the doorbell lab's cost test), the share its row
+    gives for what the harness measured, and nothing for a value the table
+    does not list. Anything but a pass earns nothing.
     """
     status = status_word(test.status)
     points = 0.0
-    no_flush = test.values().get("flush") == "none"
-    if test.status is ktap.Status.PASS:
-        frac = 1.0
-        raw = test.values().get("fraction")
-        if raw is not None:
-            try:
-                frac = min(1.0, max(0.0, float(raw)))
-            except ValueError:
-                frac = 0.0
-            if math.isnan(frac):
-                frac = 0.0
-        if no_flush:
-            frac = 0.0
-        points = round(graded.points * frac, 2)
+    passed = test.status is ktap.Status.PASS
+    credit = graded.credit_for(test.values()) if graded.credit_by else None
+    if passed:
+        share = credit.share if credit else 0.0 if graded.credit_by else 1.0
+        points = round(graded.points * share, 2)
     body = [graded.description, "", f"result: {status}" + (
         f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
     body += [f"why: {w}" for w in plain_words(test, phrases)]
-    if no_flush and test.status is ktap.Status.PASS:
-        body.append(f"why: {NO_FLUSH}")
+    if passed and graded.credit_by:
+        if credit is None:
+            said = test.values().get(graded.credit_by)
+            body.append(f"why: the harness reported {graded.credit_by}="
+                        f"{said if said else '(nothing)'}, which this lab gives no points")
+        elif credit.why:
+            body.append(f"why: {credit.why}")
     detail = test.text().strip("\n")
     if detail:
         body += ["", detail]
     return model.TestOutcome(name=graded.name, score=points, max_score=graded.points,
                               status=status, output="\n".join(body),
                               visibility=graded.visibility, description=graded.description)
+
+
+def credit_flags(spec: LabSpec, parsed: ktap.ParseResult) -> list[str]:
+    """The instructor's flags of the visible run's passing tests whose credit
+    row has one (lab.toml: the doorbell lab's cost test with flush=none)."""
+    flags = []
+    for g in spec.ktap_tests:
+        ktest = parsed.root.find(g.name)
+        if g.credit_by and ktest is not None and ktest.status is ktap.Status.PASS:
+            credit = g.credit_for(ktest.values())
+            if credit is not None and credit.flag:
+                flags.append(credit.flag)
+    return flags
 
 
 def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.TestOutcome],
@@ -378,10 +379,6 @@ def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
                                 g.description) for g in spec.tests]
     return model.GradeResult(submission_id=submission_id, lab=spec.name, tests=tests,
                               verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
-
-
-NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no read-back, "
-                    "no mmiowb()): read how the fix orders the doorbell")
 
 
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
@@ -471,9 +468,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = outcomes(spec, parsed, host, hidden)
-    if any(ktest.values().get("flush") == "none" and ktest.status.ok
-           for g in spec.ktap_tests if (ktest := parsed.root.find(g.name)) is not None):
-        flags.append(NO_VISIBLE_FLUSH)
+    flags += credit_flags(spec, parsed)
     if hidden_trouble:
         for t in tests:
             if spec.test(t.name).source != "hidden":
