@@ -15,7 +15,7 @@ import zipfile
 import xml.etree.ElementTree as ET
 
 from mmiolab import BUILD, ROOT
-from mmiolab.labspec import load_lab
+from mmiolab.labspec import apply_patch, load_lab
 from vmtest import need_guest, report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
@@ -35,6 +35,17 @@ def mutate(old: str, new: str) -> str:
     return s.replace(old, new, 1)
 
 
+def patched(name: str) -> str:
+    """The starter with one of the kit's tests' own patches (tests/data/doorbell/)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "ringdrv.c")
+        apply_patch(os.path.join(LAB, "starter", "ringdrv.c"),
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "doorbell",
+                                 f"{name}.patch"), dest)
+        with open(dest) as f:
+            return f.read()
+
+
 PROBE_END = "\tdev_info(dev, \"ring of %d descriptors, irq %d\\n\", RING_ENTRIES, irq);\n"
 
 # Each: student id -> (ringdrv.c text or None for special set-up, expected outcome)
@@ -42,6 +53,7 @@ CLASS = {
     "starter": (starter(), "race fails"),
     "mmiowb": (open(DOORBELL.solution_source("mmiowb")).read(), "full marks"),
     "readback": (open(DOORBELL.solution_source("readback")).read(), "cost partial"),
+    "tuned": (patched("mmiowb-two-cpus"), "races in the hidden run only"),
     "syntax-error": (mutate("static int ringdrv_probe", "static int ringdrv_probe oops"),
                      "build-failed"),
     "forbidden": (mutate(PROBE_END, PROBE_END + "\tmmiosim_flush();\n"), "forbidden-symbols"),
@@ -102,8 +114,18 @@ class GradeTest(unittest.TestCase):
         s = self.scores("mmiowb")
         self.assertEqual(self.results("mmiowb")["score"], 100, s)
         r = self.scores("readback")
-        self.assertEqual(r["race"], 30)
+        self.assertEqual(r["race"], 10)
+        self.assertEqual(self.scores("mmiowb")["race_every_run"], 20)
         self.assertLess(r["cost"], 10)
+        # Tuned to the visible run's two CPUs: a race in the hidden run takes
+        # the race marks as one here would (issue 33); its student is told
+        # the race is re-checked, not how it went.
+        tuned = self.scores("tuned")
+        self.assertEqual((tuned["race"], tuned["race_every_run"]), (10, 0), tuned)
+        with open(os.path.join(self.out, "tuned", "summary.txt")) as f:
+            summary = f.read()
+        self.assertIn("the race is re-checked on other CPU counts", summary)
+        self.assertNotIn("race_4cpu", summary)
         st = self.scores("starter")
         self.assertEqual(st["race"], 0)
         self.assertEqual(st["single_cpu"], 20)
@@ -435,7 +457,7 @@ class GradescopeTest(unittest.TestCase):
         self.assertEqual(data["score"], 100, text[:3000])
         self.assertEqual({t["name"] for t in data["tests"]},
                          {"build", "load_unload", "single_cpu", "race", "cost", "clean_log",
-                          "race_4cpu", "race_long"})
+                          "race_4cpu", "race_long", "race_every_run"})
         for t in data["tests"]:
             self.assertEqual(t["score"], t["max_score"], t)
         for host in (ROOT, BUILD, root):
@@ -544,7 +566,8 @@ class RecordedRunGradeTest(unittest.TestCase):
             self.assertIn("warning in the console log of the hidden tests' run",
                           tests[name]["output"])
             self.assertIn("ring_submit", tests[name]["output"])
-        self.assertIn("2 more tests, 10 points, are shown when grades are published", summary)
+        self.assertIn("3 more tests, 30 points, are shown when grades are published", summary)
+        self.assertIn("note: the race is re-checked on other CPU counts", summary)
 
     def test_a_print_in_the_hidden_guest_stays_hidden(self):
         r, doc, summary = self.grade(f"[    3.100000] ringdrv: {self.SECRET}\n")

@@ -544,9 +544,13 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual(spec.module, "ringdrv")
         self.assertEqual([t.name for t in spec.tests],
                          ["build", "load_unload", "single_cpu", "race", "cost", "clean_log",
-                          "race_4cpu", "race_long"])
-        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 30, 10, 10, 5, 5])
+                          "race_4cpu", "race_long", "race_every_run"])
+        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 10, 10, 10, 5, 5, 20])
         self.assertEqual(spec.max_score, 100)
+        every = spec.test("race_every_run")
+        self.assertEqual((every.source, every.all_of, every.visibility),
+                         ("derived", ("race", "race_4cpu", "race_long"), "after_published"))
+        self.assertIn("re-checked on other CPU counts", every.notice)
         self.assertEqual([t.name for t in spec.ktap_tests],
                          ["load_unload", "single_cpu", "race", "cost"])
         # hidden/hidden.toml: a second guest, four CPUs, other routes
@@ -717,6 +721,25 @@ class LabSpecTest(unittest.TestCase):
                                       "tests[0].credit_by: the grader decides a host test"),
             "bad credit key": ('credit_by = "flush"', 'credit_by = "flush="',
                                "tests[1].credit_by"),
+            "all_of an unknown test": ('description = "builds"\n',
+                                       'description = "builds"\n[[tests]]\nname = "every"\n'
+                                       'points = 1\nvisibility = "hidden"\n'
+                                       'description = "x"\nall_of = ["race", "nope"]\n',
+                                       "tests.every.all_of: 'nope' is not another test"),
+            "visible all_of of a hidden test": (
+                'description = "builds"\n',
+                'description = "builds"\n[[tests]]\nname = "every"\npoints = 1\n'
+                'visibility = "visible"\ndescription = "x"\nall_of = ["race"]\n',
+                "tests.every.visibility: must not be visible: its part 'race' is not"),
+            "all_of with a source": ('description = "builds"\n',
+                                     'description = "builds"\n[[tests]]\nname = "every"\n'
+                                     'points = 1\nvisibility = "hidden"\nsource = "ktap"\n'
+                                     'description = "x"\nall_of = ["race"]\n',
+                                     "tests[1].all_of: a derived test has no source"),
+            "source derived": ('source = "host"', 'source = "derived"', "tests[0].source"),
+            "notice without all_of": ('description = "builds"\n',
+                                      'description = "builds"\nnotice = "x"\n',
+                                      "tests[0].notice: only a derived test"),
             "bad module": ('module = "demodrv"', 'module = "demo-drv"', "module"),
             "missing title": ('title = "A demo lab"\n', '', "title: missing"),
             "bad symbol": ('"_printk"', '"_printk; rm"', "symbols[0]"),

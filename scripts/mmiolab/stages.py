@@ -350,12 +350,13 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.Test
     """All the lab's tests in its order: host-decided ones from `host`, the others
     from the trusted KTAP of the visible run or of the hidden tests' run (missing =
     crashed). A host test with no entry errors; hidden tests with no hidden run
-    error too."""
+    error too. A derived test (all_of) errors here: derive() decides it once
+    its parts are final."""
     found = parsed.expect(t.name for t in spec.ktap_tests)
     found_hidden = hidden.expect(t.name for t in spec.hidden_tests) if hidden else {}
     out = []
     for g in spec.tests:
-        if g.source == "host":
+        if g.source in ("host", "derived"):
             out.append(host.get(g.name) or model.TestOutcome(
                 g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
                 g.visibility, g.description))
@@ -368,6 +369,32 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.Test
         else:
             out.append(outcome_from_ktap(g, found[g.name], spec.phrases))
     return out
+
+
+def derive(spec: LabSpec, tests: list[model.TestOutcome]) -> None:
+    """Decide the lab's derived tests (lab.toml's all_of) from their parts'
+    final outcomes, in place: passed, with the points, only if every part
+    passed; failed if a part failed, crashed or was skipped; else an error
+    (a part that never ran: a run the grading machine cut short, or hidden
+    tests after a visible run that did not finish). Its output names the
+    parts that did not pass. (Issue 33: a race in a hidden run takes the
+    race marks as one in the visible run does.)"""
+    by_name = {t.name: t for t in tests}
+    for i, t in enumerate(tests):
+        g = spec.test(t.name)
+        if not g.all_of:
+            continue
+        parts = [by_name[n] for n in g.all_of]
+        bad = [p for p in parts if p.status != "passed"]
+        status = ("failed" if any(p.status != "error" for p in bad) else
+                  "error" if bad else "passed")
+        body = [g.description, "", f"result: {status}"]
+        body += [f"why: {p.name}: {p.status}" for p in bad]
+        if not bad:
+            body.append("passed: " + ", ".join(g.all_of))
+        tests[i] = model.TestOutcome(g.name, g.points if status == "passed" else 0.0,
+                                     g.points, status, "\n".join(body), g.visibility,
+                                     g.description, notice=g.notice)
 
 
 def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
@@ -500,6 +527,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         verdict = "grader-error"
         _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
                      clean_log=res.boot_seconds is None)
+    derive(spec, tests)
     if verdict != "graded":
         notes.insert(0, TOO_SLOW_WORDS if slow else NO_BOOT_WORDS)
     return model.GradeResult(
