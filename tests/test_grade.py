@@ -494,6 +494,67 @@ class StaleScratchTest(unittest.TestCase):
                 shutil.rmtree(d, ignore_errors=True)
 
 
+class InterruptTest(unittest.TestCase):
+    """Ctrl-C during a -j2 batch reaches every guest (QEMU runs in its own
+    process group, so the terminal's SIGINT reaches only the grader, and
+    only its main thread): grade_batch ends the guests its workers wait on,
+    starts no other submission, writes no result for what it stopped, and
+    lets the KeyboardInterrupt go on."""
+
+    def test_ctrl_c_stops_every_guest_of_a_batch(self):
+        import signal
+        import threading
+        from unittest import mock
+        from mmiolab import grade, labspec, vm
+        tmp = tempfile.mkdtemp(prefix="interrupt-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        self.addCleanup(vm._STOPPING.clear)     # the flag is for a process that stops
+        entries = []
+        for sid in ("a", "b", "c", "d"):
+            os.makedirs(os.path.join(tmp, "class", sid))
+            with open(os.path.join(tmp, "class", sid, "ringdrv.c"), "w") as f:
+                f.write(starter())
+            entries.append((sid, os.path.join(tmp, "class", sid)))
+        started, pids = [], []
+
+        def guest_of(spec, path, sub_id, opts, key=None, **kw):
+            """grade_one, down to a "QEMU" (sleep) run as vm runs QEMU."""
+            started.append(sub_id)
+            log = os.path.join(tmp, "logs", sub_id)
+            os.makedirs(log)
+            vm._run_qemu(vm.VMConfig(timeout=600, done_marker="never", build=tmp), "tcg",
+                         "initrd", [], log)
+            raise AssertionError("a stopped guest returned")
+
+        main = threading.get_ident()
+
+        def ctrl_c():
+            deadline = time.monotonic() + 60
+            while len(vm._LIVE) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with vm._LIVE_LOCK:
+                pids.extend(p.pid for p in vm._LIVE)
+            signal.pthread_kill(main, signal.SIGINT)
+
+        opts = grade.GradeOptions(seeds=[1], out=os.path.join(tmp, "out"))
+        said = []
+        with mock.patch.object(grade, "grade_one", guest_of), \
+                mock.patch.object(vm, "_batch_command", return_value=["sleep", "300"]):
+            threading.Thread(target=ctrl_c, daemon=True).start()
+            with self.assertRaises(KeyboardInterrupt):
+                grade.grade_batch(labspec.load_lab("doorbell"), entries, opts, jobs=2,
+                                  progress=said.append)
+        self.assertEqual(len(pids), 2, "two guests ran at once")
+        self.assertEqual(sorted(started), ["a", "b"], "no submission started after Ctrl-C")
+        for pid in pids:
+            with self.assertRaises(ProcessLookupError, msg=f"guest {pid} still running"):
+                os.kill(pid, 0)
+        self.assertEqual(vm._LIVE, set())
+        self.assertIn("interrupted: stopped 2 guest(s); graded 0 of 4", said)
+        for sid in ("a", "b"):
+            self.assertFalse(os.path.exists(os.path.join(tmp, "out", sid, "results.json")))
+
+
 class RecordedRunGradeTest(unittest.TestCase):
     """grade_one on recorded guest output (tests/data/ktap), the build, the object
     check and the guests replaced: what the hidden tests' guest printed reaches
