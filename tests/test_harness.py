@@ -59,7 +59,7 @@ rm -f "$T/loaded/$1" "$T/dev/$1"
 k=0 name=x indent=0 cost=
 while [ $# -gt 0 ]; do
 	case $1 in -k) k=$2; shift ;; -N) name=$2; shift ;; -i) indent=$2; shift ;;
-	-c) cost=$2; shift ;; esac
+	-c) cost=$2; shift ;; --) break ;; esac    # (ordercost -- COMMAND: its own -k)
 	shift
 done
 [ -e "$T/hang" ] && { exec 2>/dev/null; sleep 10; }

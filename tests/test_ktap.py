@@ -43,7 +43,7 @@ class RecordedRunsTest(unittest.TestCase):
         race = r.expect(["race"])["race"]
         self.assertEqual([t.name for t in race.subtests], ["seed_1", "seed_2", "seed_3"])
         self.assertEqual(race.subtests[1].values()["lost"], "0")
-        self.assertEqual(r.root.find("cost").values()["fraction"], "1")
+        self.assertEqual(r.root.find("cost").values()["flush"], "mmiowb")
 
     def test_race_failure(self):
         r = ktap.parse(data("race-fail.channel.log"), NONCE)

@@ -308,11 +308,11 @@ class EndToEndTest(unittest.TestCase):
             self.assertLess(doc["score"], 1.0)
             tests = {t["name"]: t for t in doc["tests"]}
             self.assertEqual(set(tests), {"build", "load_unload", "single_cpu", "race", "cost",
-                                          "clean_log", f"{prairielearn.HIDDEN_NAME} (2)"})
+                                          "clean_log", f"{prairielearn.HIDDEN_NAME} (3)"})
             self.assertEqual(tests["race"]["points"], 0)
             self.assertEqual(len(tests["race"].get("images", [])), 1, "the failing run's picture")
-            self.assertEqual(tests[f"{prairielearn.HIDDEN_NAME} (2)"]["max_points"], 10)
-            for word in ("race_4cpu", "race_long", ROOT, BUILD, grade):
+            self.assertEqual(tests[f"{prairielearn.HIDDEN_NAME} (3)"]["max_points"], 30)
+            for word in ("race_4cpu", "race_long", "race_every_run", ROOT, BUILD, grade):
                 self.assertNotIn(word, text)
             self.assertFalse(re.search(r"/mmiolab/|prairielearn-run", text))
             say(f"entrypoint: {seconds:.1f}s (doorbell starter, score {doc['score']:.2f})")

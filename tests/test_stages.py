@@ -613,9 +613,48 @@ class ScoreStageTest(StageCase):
                                  ran.visible.result.console, NONCE)
         ready = self.prepared(flags=["the source uses inline assembly"])
         r = stages.score(self.spec, "alice", ready, ran)
-        self.assertEqual(r.flags, ["the source uses inline assembly", stages.NO_VISIBLE_FLUSH])
+        none = self.spec.test("cost").credit_for({"flush": "none"})
+        self.assertEqual(r.flags, ["the source uses inline assembly", none.flag])
         self.assertEqual(self.by_name(r)["cost"].score, 0)
         self.assertEqual(ready.flags, ["the source uses inline assembly"], "prepare's, untouched")
+
+    def test_a_race_in_any_run_takes_the_race_marks(self):
+        """Issue 33: race_every_run (all_of race and the hidden races) is lost
+        to a race in the hidden run as to one in the visible run; what the
+        student sees at once says the race is re-checked, not how it went."""
+        every = self.spec.test("race_every_run")
+        r = stages.score(self.spec, "alice", self.prepared(), self.ran(
+            hidden=["KTAP version 1", "1..2", "# race_4cpu: lost=3", "not ok 1 race_4cpu",
+                    "ok 2 race_long"]))
+        t = self.by_name(r)
+        self.assertEqual((t["race"].score, t["race_4cpu"].score), (10, 0))
+        self.assertEqual((t["race_every_run"].status, t["race_every_run"].score), ("failed", 0))
+        self.assertIn("why: race_4cpu: failed", t["race_every_run"].output)
+        self.assertEqual(r.score, 100 - every.points - self.spec.test("race_4cpu").points)
+        summary = report.summary_text(r)
+        self.assertIn(f"note: {every.notice}", summary)
+        for hidden in ("race_4cpu", "race_long", "race_every_run"):
+            self.assertNotIn(hidden, summary)
+        # The same points go to a race in the visible run.
+        t = self.by_name(stages.score(self.spec, "alice", self.prepared(),
+                                      self.ran(channel="race-fail.channel.log")))
+        self.assertEqual((t["race_every_run"].status, t["race_every_run"].score), ("failed", 0))
+        self.assertIn("why: race: failed", t["race_every_run"].output)
+        # Every run passed: the points.
+        t = self.by_name(stages.score(self.spec, "alice", self.prepared(), self.ran()))
+        self.assertEqual((t["race_every_run"].status, t["race_every_run"].score),
+                         ("passed", every.points))
+
+    def test_a_race_every_run_cut_short_by_the_grader_is_not_charged(self):
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(hidden=["KTAP version 1", "1..2", "ok 1 race_4cpu"],
+                                  hidden_status="slow"))
+        t = self.by_name(r)
+        self.assertEqual((t["race_long"].status, t["race_every_run"].status), ("error", "error"))
+        r = stages.score(self.spec, "alice", self.prepared(),
+                         self.ran(channel="crash.channel.log",
+                                  console=recorded("crash.console.log"), status="panic"))
+        self.assertEqual(self.by_name(r)["race_every_run"].status, "failed")   # race crashed
 
     def test_output_that_could_not_be_read_is_a_failure_that_says_why(self):
         ran = self.ran()

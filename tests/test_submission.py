@@ -530,6 +530,10 @@ GOOD_TOML = textwrap.dedent("""\
     visibility = "hidden"
     per_seed = true
     description = "no race"
+    credit_by = "flush"
+    credit.mmiowb = { share = 1.0 }
+    credit.readback = { share = 0.5, why = "a round trip" }
+    credit.none = { share = 0, why = "no flush", flag = "read the code" }
     """)
 
 
@@ -540,9 +544,13 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual(spec.module, "ringdrv")
         self.assertEqual([t.name for t in spec.tests],
                          ["build", "load_unload", "single_cpu", "race", "cost", "clean_log",
-                          "race_4cpu", "race_long"])
-        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 30, 10, 10, 5, 5])
+                          "race_4cpu", "race_long", "race_every_run"])
+        self.assertEqual([t.points for t in spec.tests], [10, 10, 20, 10, 10, 10, 5, 5, 20])
         self.assertEqual(spec.max_score, 100)
+        every = spec.test("race_every_run")
+        self.assertEqual((every.source, every.all_of, every.visibility),
+                         ("derived", ("race", "race_4cpu", "race_long"), "after_published"))
+        self.assertIn("re-checked on other CPU counts", every.notice)
         self.assertEqual([t.name for t in spec.ktap_tests],
                          ["load_unload", "single_cpu", "race", "cost"])
         # hidden/hidden.toml: a second guest, four CPUs, other routes
@@ -656,6 +664,14 @@ class LabSpecTest(unittest.TestCase):
                           ("solution:ref", ["mmiosim.locking=2004", "mmiosim.jitter_ns=0"])])
         self.assertEqual(spec.out, os.path.join(BUILD, "labs", "demo"))
         self.assertTrue(spec.test("race").per_seed)
+        race = spec.test("race")
+        self.assertEqual((race.credit_by, [(c.value, c.share) for c in race.credit]),
+                         ("flush", [("mmiowb", 1.0), ("readback", 0.5), ("none", 0.0)]))
+        self.assertEqual(race.credit_for({"flush": "none", "x": "1"}),
+                         labspec.Credit("none", 0.0, "no flush", "read the code"))
+        self.assertIsNone(race.credit_for({"flush": "fraction=1"}))
+        self.assertIsNone(race.credit_for({}))
+        self.assertEqual(spec.test("build").credit, ())
         self.assertEqual(spec.test("race").visibility, "hidden")
         with self.assertRaises(KeyError):
             spec.test("nope")
@@ -692,6 +708,38 @@ class LabSpecTest(unittest.TestCase):
             "bad source": ('source = "host"', 'source = "guest"', "source"),
             "bad test name": ('name = "race"', 'name = "race # 1"', "tests[1].name"),
             "bad schema": ('schema = 1', 'schema = 2', "schema"),
+            "credit without credit_by": ('credit_by = "flush"\n', '',
+                                         "tests[1]: credit_by and credit go together"),
+            "share above 1": ('share = 1.0', 'share = 2', "tests[1].credit.mmiowb.share"),
+            "share negative": ('share = 0,', 'share = -1,', "tests[1].credit.none.share"),
+            "credit row key": ('why = "a round trip"', 'words = "a round trip"',
+                               "tests[1].credit.readback.words"),
+            "credit no share": ('{ share = 1.0 }', '{ why = "x" }',
+                                "tests[1].credit.mmiowb.share: missing"),
+            "credit on a host test": ('source = "host"\n',
+                                      'source = "host"\ncredit_by = "x"\ncredit.a = { share = 1 }\n',
+                                      "tests[0].credit_by: the grader decides a host test"),
+            "bad credit key": ('credit_by = "flush"', 'credit_by = "flush="',
+                               "tests[1].credit_by"),
+            "all_of an unknown test": ('description = "builds"\n',
+                                       'description = "builds"\n[[tests]]\nname = "every"\n'
+                                       'points = 1\nvisibility = "hidden"\n'
+                                       'description = "x"\nall_of = ["race", "nope"]\n',
+                                       "tests.every.all_of: 'nope' is not another test"),
+            "visible all_of of a hidden test": (
+                'description = "builds"\n',
+                'description = "builds"\n[[tests]]\nname = "every"\npoints = 1\n'
+                'visibility = "visible"\ndescription = "x"\nall_of = ["race"]\n',
+                "tests.every.visibility: must not be visible: its part 'race' is not"),
+            "all_of with a source": ('description = "builds"\n',
+                                     'description = "builds"\n[[tests]]\nname = "every"\n'
+                                     'points = 1\nvisibility = "hidden"\nsource = "ktap"\n'
+                                     'description = "x"\nall_of = ["race"]\n',
+                                     "tests[1].all_of: a derived test has no source"),
+            "source derived": ('source = "host"', 'source = "derived"', "tests[0].source"),
+            "notice without all_of": ('description = "builds"\n',
+                                      'description = "builds"\nnotice = "x"\n',
+                                      "tests[0].notice: only a derived test"),
             "bad module": ('module = "demodrv"', 'module = "demo-drv"', "module"),
             "missing title": ('title = "A demo lab"\n', '', "title: missing"),
             "bad symbol": ('"_printk"', '"_printk; rm"', "symbols[0]"),

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
-from . import ROOT, kernel, model, report, roster, stages, submission
+from . import ROOT, kernel, model, report, roster, stages, submission, vm
 from .config import Config
 from .gradebook import update_gradebook
 from .lab import build_text, new_scratch, remove_stale_scratch
@@ -207,9 +207,22 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
                      f"[{finished[0]}/{len(todo)}, {time.monotonic() - t0:.0f}s]")
         return r
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for r in pool.map(one, todo):
             results.append(r)
+    except KeyboardInterrupt:
+        # Ctrl-C reaches this thread alone: start no submission that has not
+        # begun, end the guests the workers wait on (vm.stop_guests: those
+        # runs write no result), wait for the workers. What finished stays
+        # in the gradebook.
+        pool.shutdown(wait=False, cancel_futures=True)
+        stopped = vm.stop_guests()
+        progress(f"interrupted: stopped {stopped} guest(s); graded {finished[0]} of "
+                 f"{len(todo)}")
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown()
     return results
 
 

@@ -61,6 +61,18 @@ Schema (``schema = 1``)::
                                           # host: the grader decides it (build, console scan)
     per_seed    = true                    # optional: repeated over the seeds
     description = "..."
+    credit_by   = "flush"                 # optional, with credit: a pass earns the
+    credit.mmiowb = { share = 1.0 }       # points times the share for the value the
+    credit.none = { share = 0.0,          # harness reported for this key (a value
+        why = "...", flag = "..." }       # not listed: nothing); why: words in the
+                                          # test's output; flag: words for the
+                                          # instructor's report only
+    all_of      = ["race", "race_4cpu"]   # optional: decided by the grader from these
+                                          # tests (source "derived"): passed only if
+                                          # every one passed; not "visible" if any
+                                          # part is not
+    notice      = "..."                   # optional, on a derived test: a note for the
+                                          # student's summary while the test is held
 
 A reference solution is a patch to the starter, ``solutions/NAME.patch``
 (``patch -p1``, no fuzz; what the fix is and why on its first lines, as the
@@ -103,7 +115,7 @@ from .config import Config
 LABS_DIR = os.path.join(ROOT, "labs")
 SCHEMA = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-SOURCES = ("ktap", "host", "hidden")
+SOURCES = ("ktap", "host", "hidden", "derived")
 PROFILES = ("qemu", "pc", "sn2")
 LOCKINGS = ("2004", "5.2")
 BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
@@ -123,14 +135,37 @@ class LabSpecError(MmiolabError):
 
 
 @dataclass(frozen=True)
+class Credit:
+    """What a passing test earns when its harness reported `value` for the
+    test's credit_by key: `share` of the points, `why` in its output, and
+    `flag` (if any) in the instructor's report."""
+    value: str
+    share: float
+    why: str = ""
+    flag: str = ""
+
+
+@dataclass(frozen=True)
 class GradedTest:
-    """One graded test: its KTAP name, its points and who may see it."""
+    """One graded test: its KTAP name, its points and who may see it. A test
+    with credit_by is scored by what its harness measured (lab.toml's credit
+    table: the doorbell lab's cost test), not by its status alone."""
     name: str
     points: float
     visibility: str
     description: str
     source: str = "ktap"
     per_seed: bool = False
+    credit_by: str = ""
+    credit: tuple[Credit, ...] = ()
+    all_of: tuple[str, ...] = ()    # source "derived": passed only if these all passed
+    notice: str = ""                # said in the student's summary while the test is held
+
+    def credit_for(self, values: dict[str, str]) -> Credit | None:
+        """The credit row for what the harness reported (its key=value
+        diagnostics), or None: the value is missing or not in the table."""
+        value = values.get(self.credit_by)
+        return next((c for c in self.credit if c.value == value), None)
 
 
 @dataclass(frozen=True)
@@ -392,6 +427,7 @@ def with_hidden(spec: LabSpec, path: str) -> LabSpec:
         v.fail("tests", f"names already used by lab.toml: {', '.join(sorted(clash))}")
     if not os.path.isfile(os.path.join(os.path.dirname(path), "harness.sh")):
         v.fail("tests", "hidden/harness.sh is missing")
+    _check_derived(v, spec.tests + tests)
     return dataclasses.replace(spec, tests=spec.tests + tests, hidden_smp=smp,
                                hidden_fabric=fabric)
 
@@ -449,6 +485,7 @@ def from_dict(data: dict[str, Any], path: str = "<lab.toml>") -> LabSpec:
     limits = _limits(v, data.get("limits", {}))
     fabric = _fabric(v, data.get("fabric", {}))
     tests = _tests(v, data["tests"])
+    _check_derived(v, tests)
     phrases = _phrases(v, data.get("phrases", {}))
     rows = _labstats(v, data.get("labstats", []))
     return LabSpec(name=name, title=title, module=module, files=tuple(files),
@@ -578,7 +615,8 @@ def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...
     for i, t in enumerate(tests):
         where = f"tests[{i}]"
         v.keys(t, where, required={"name", "points", "visibility", "description"},
-               optional={"per_seed"} | (set() if source else {"source"}))
+               optional={"per_seed", "credit_by", "credit", "all_of", "notice"}
+               | (set() if source else {"source"}))
         name = v.string(t, "name", _TEST_NAME, "a KTAP test name ([a-z][a-z0-9_]*)", where)
         if name in seen:
             v.fail(f"{where}.name", f"duplicate test name {name!r}")
@@ -588,15 +626,73 @@ def _tests(v: _Validator, tests: Any, source: str = "") -> tuple[GradedTest, ...
         if vis not in VISIBILITIES:
             v.fail(f"{where}.visibility", f"must be one of {', '.join(VISIBILITIES)}, got {vis!r}")
         kind = source or t.get("source", "ktap")
-        if kind not in SOURCES or (not source and kind == "hidden"):
+        if kind not in SOURCES or (not source and kind in ("hidden", "derived")):
             v.fail(f"{where}.source", f"must be ktap or host (hidden tests live in "
-                                      f"hidden/hidden.toml), got {kind!r}")
+                                      f"hidden/hidden.toml; all_of makes a derived "
+                                      f"test), got {kind!r}")
+        all_of: list[str] = []
+        if "all_of" in t:
+            if "source" in t or t.get("per_seed") or "credit_by" in t:
+                v.fail(f"{where}.all_of", "a derived test has no source, per_seed or credit "
+                                          "of its own")
+            all_of = v.string_list(t, "all_of")
+            kind = "derived"
+        elif "notice" in t:
+            v.fail(f"{where}.notice", "only a derived test (all_of) has a notice")
         per_seed = t.get("per_seed", False)
         if type(per_seed) is not bool:
             v.fail(f"{where}.per_seed", f"must be true or false, got {per_seed!r}")
+        credit_by, credit = _credit(v, t, where, kind)
         out.append(GradedTest(name=name, points=float(points), visibility=vis,
                               description=v.string(t, "description", where=where),
-                              source=kind, per_seed=per_seed))
+                              source=kind, per_seed=per_seed, credit_by=credit_by,
+                              credit=credit, all_of=tuple(all_of),
+                              notice=v.string(t, "notice", where=where) if "notice" in t
+                              else ""))
     if sum(t.points for t in out) <= 0:
         v.fail("tests", "the points add up to 0")
     return tuple(out)
+
+
+def _credit(v: _Validator, t: dict[str, Any], where: str,
+            kind: str) -> tuple[str, tuple[Credit, ...]]:
+    """A test's credit_by and credit table: both or neither, for a test a
+    harness reports; each row a share in [0, 1] and optional words."""
+    if "credit_by" not in t and "credit" not in t:
+        return "", ()
+    if "credit_by" not in t or "credit" not in t:
+        v.fail(where, "credit_by and credit go together")
+    if kind == "host":
+        v.fail(f"{where}.credit_by", "the grader decides a host test: no harness measurement "
+                                     "to credit")
+    by = v.string(t, "credit_by", _TEST_NAME, "a diagnostic key ([a-z][a-z0-9_]*)", where)
+    table = t["credit"]
+    if not isinstance(table, dict) or not table:
+        v.fail(f"{where}.credit", "must be a table: value = { share = ... }")
+    rows = []
+    for value, row in table.items():
+        at = f"{where}.credit.{value}"
+        v.keys(row, at, required={"share"}, optional={"why", "flag"})
+        share = v.number(row, "share", at, minimum=0, strict=False)
+        if share > 1:
+            v.fail(f"{at}.share", f"must be at most 1 (a share of the points), got {share!r}")
+        words = {k: v.string(row, k, where=at) for k in ("why", "flag") if k in row}
+        rows.append(Credit(value, float(share), **words))
+    return by, tuple(rows)
+
+
+def _check_derived(v: _Validator, tests: tuple[GradedTest, ...]) -> None:
+    """A derived test's parts are other tests of the lab, none derived; one
+    with a part the student does not see at once is not seen at once either
+    (its result would tell the hidden part's)."""
+    by_name = {t.name: t for t in tests}
+    for t in tests:
+        for part in t.all_of:
+            if part not in by_name or part == t.name:
+                v.fail(f"tests.{t.name}.all_of", f"{part!r} is not another test of the lab")
+            p = by_name[part]
+            if p.source == "derived":
+                v.fail(f"tests.{t.name}.all_of", f"{part!r} is derived itself")
+            if t.visibility == "visible" and (p.visibility != "visible" or p.source == "hidden"):
+                v.fail(f"tests.{t.name}.visibility", f"must not be visible: its part {part!r} "
+                                                    f"is not")

@@ -17,7 +17,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from . import guestout, ktap, stages, vm
+from . import guestout, ktap, model, stages, vm
 from .config import Config
 from .initramfs import HARNESS_LIB
 from .lab import END_LINE, build_driver, guest_programs
@@ -78,14 +78,19 @@ def variants(spec: LabSpec) -> list[str]:
 
 
 def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
-    """starter, solution:NAME (spec.solution_source), or fixture:NAME /
-    correct:NAME (a patch applied to the lab's fixture base, in workdir)."""
+    """starter, solution:NAME (spec.solution_source), fixture:NAME /
+    correct:NAME (a patch applied to the lab's fixture base, in workdir), or
+    patch:PATH (a patch to the starter kept elsewhere: the kit's tests' own
+    drivers, tests/data/doorbell/)."""
     if variant == "starter":
         return spec.starter
     kind, name = variant.split(":", 1)
     if kind == "solution":
         return spec.solution_source(name)
     src = os.path.join(workdir, spec.files[0])
+    if kind == "patch":
+        apply_patch(spec.starter, name, src)
+        return src
     apply_patch(spec.fixture_base_source(), os.path.join(spec.dir, PATCH_DIRS[kind],
                                                           f"{name}.patch"), src)
     return src
@@ -131,9 +136,40 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
     `timeout` is per variant (default: budget())."""
     timeout = timeout or budget(spec, seeds)
     cfg = cfg or Config.from_env()
+    out = {variant: _tallies(spec, variant, seeds, channel, nonce, seconds)
+           for variant, (channel, nonce, seconds)
+           in _run_batch(spec, names, seeds, append, cmds, timeout, cfg).items()}
+    for variant in names:
+        if variant not in out:
+            out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
+                                       timeout=timeout, cfg=cfg)
+    return out
+
+
+def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
+                   append: list[str] | None = None, cmds: int = 10000,
+                   cfg: Config | None = None) -> dict[str, dict[str, model.TestOutcome]]:
+    """The lab's harness-reported tests of each variant, scored as the grader
+    scores them (stages.outcome_from_ktap), from one guest (run_variants'):
+    what the cost test gives each. A variant whose harness did not finish
+    is left out."""
+    cfg = cfg or Config.from_env()
+    out = {}
+    for variant, (channel, nonce, _) in _run_batch(spec, names, seeds, append, cmds,
+                                                   budget(spec, seeds), cfg).items():
+        parsed = ktap.parse(guestout.without_heartbeats(channel, nonce), nonce=nonce)
+        found = parsed.expect(t.name for t in spec.ktap_tests)
+        out[variant] = {g.name: stages.outcome_from_ktap(g, found[g.name], spec.phrases)
+                        for g in spec.ktap_tests}
+    return out
+
+
+def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[str] | None,
+               cmds: int, timeout: float, cfg: Config) -> dict[str, tuple[str, str, float]]:
+    """run_variants' guest: each variant whose harness finished, with the
+    guest's channel, the variant's nonce and the guest's seconds."""
     base = os.path.join(cfg.build, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
-    out: dict[str, dict[str, Tally]] = {}
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         files: dict[str, str | bytes] = {
             "/job/harness.sh": spec.harness}
@@ -157,14 +193,8 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
             cfg, append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
             timeout=timeout * len(names) + 60, done_marker=f"{batch} {END_LINE}")
         res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
-        for variant, nonce in zip(names, nonces):
-            if f"{nonce} {END_LINE}" in res.channel:
-                out[variant] = _tallies(spec, variant, seeds, res.channel, nonce, res.seconds)
-    for variant in names:
-        if variant not in out:
-            out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
-                                       timeout=timeout, cfg=cfg)
-    return out
+    return {variant: (res.channel, nonce, res.seconds) for variant, nonce in zip(names, nonces)
+            if f"{nonce} {END_LINE}" in res.channel}
 
 
 def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout: float) -> str:

@@ -51,6 +51,7 @@ class TestOutcome:
     description: str = ""
     seconds: float | None = None
     html: str = ""                  # a picture of the failing run (an inline SVG), if any
+    notice: str = ""                # in the student's summary even while the test is held
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

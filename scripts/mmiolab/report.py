@@ -285,6 +285,8 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
               if student else f"{result.execution_time:.1f}s"
               + (f" (the hidden tests' guest {result.hidden_seconds:.1f}s)"
                  if result.hidden_seconds else ""))]
+    if student:                     # what the held tests re-check (lab.toml's notice)
+        out += [f"note: {t.notice}" for t in held if t.notice]
     if result.submission:
         out.append(f"submission: {result.submission}")
     if result.verdict != "graded":

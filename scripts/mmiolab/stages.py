@@ -36,7 +36,6 @@ submission's shown name, the build its source's.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -335,44 +334,33 @@ def plain_words(test: ktap.Test, phrases: dict[str, str]) -> list[str]:
     return out
 
 
-#: The rule for a race passed with no flush the cost test could see ('flush=none':
-#: under half a read-back and half an mmiowb() per command): no cost marks, and
-#: a flag (score, below), since whatever passed the race did it some other way.
-NO_FLUSH = ("the cost test saw no flush on the submit path (no read-back, no mmiowb()): "
-            "cost marks are only for a flush it can see; the instructor reads the code")
-
-
 def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
                       phrases: dict[str, str]) -> model.TestOutcome:
     """Score one harness-reported test of a lab (graded: a labspec.GradedTest;
     phrases: the lab's words for its measurements, LabSpec.phrases).
 
-    A pass earns the points, scaled by a trusted 'fraction=F' diagnostic when the
-    harness grades partially (the cost test: a read-back fix is correct but
-    heavier), and nothing when it says 'flush=none' whatever the fraction
-    (NO_FLUSH); anything else earns nothing.
+    A pass earns the points; for a test with a credit table (lab.toml's
+    credit_by and credit: the doorbell lab's cost test), the share its row
+    gives for what the harness measured, and nothing for a value the table
+    does not list. Anything but a pass earns nothing.
     """
     status = status_word(test.status)
     points = 0.0
-    no_flush = test.values().get("flush") == "none"
-    if test.status is ktap.Status.PASS:
-        frac = 1.0
-        raw = test.values().get("fraction")
-        if raw is not None:
-            try:
-                frac = min(1.0, max(0.0, float(raw)))
-            except ValueError:
-                frac = 0.0
-            if math.isnan(frac):
-                frac = 0.0
-        if no_flush:
-            frac = 0.0
-        points = round(graded.points * frac, 2)
+    passed = test.status is ktap.Status.PASS
+    credit = graded.credit_for(test.values()) if graded.credit_by else None
+    if passed:
+        share = credit.share if credit else 0.0 if graded.credit_by else 1.0
+        points = round(graded.points * share, 2)
     body = [graded.description, "", f"result: {status}" + (
         f" ({test.directive} {test.reason})".rstrip() if test.directive else "")]
     body += [f"why: {w}" for w in plain_words(test, phrases)]
-    if no_flush and test.status is ktap.Status.PASS:
-        body.append(f"why: {NO_FLUSH}")
+    if passed and graded.credit_by:
+        if credit is None:
+            said = test.values().get(graded.credit_by)
+            body.append(f"why: the harness reported {graded.credit_by}="
+                        f"{said if said else '(nothing)'}, which this lab gives no points")
+        elif credit.why:
+            body.append(f"why: {credit.why}")
     detail = test.text().strip("\n")
     if detail:
         body += ["", detail]
@@ -381,17 +369,31 @@ def outcome_from_ktap(graded: GradedTest, test: ktap.Test,
                               visibility=graded.visibility, description=graded.description)
 
 
+def credit_flags(spec: LabSpec, parsed: ktap.ParseResult) -> list[str]:
+    """The instructor's flags of the visible run's passing tests whose credit
+    row has one (lab.toml: the doorbell lab's cost test with flush=none)."""
+    flags = []
+    for g in spec.ktap_tests:
+        ktest = parsed.root.find(g.name)
+        if g.credit_by and ktest is not None and ktest.status is ktap.Status.PASS:
+            credit = g.credit_for(ktest.values())
+            if credit is not None and credit.flag:
+                flags.append(credit.flag)
+    return flags
+
+
 def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.TestOutcome],
              hidden: ktap.ParseResult | None = None) -> list[model.TestOutcome]:
     """All the lab's tests in its order: host-decided ones from `host`, the others
     from the trusted KTAP of the visible run or of the hidden tests' run (missing =
     crashed). A host test with no entry errors; hidden tests with no hidden run
-    error too."""
+    error too. A derived test (all_of) errors here: derive() decides it once
+    its parts are final."""
     found = parsed.expect(t.name for t in spec.ktap_tests)
     found_hidden = hidden.expect(t.name for t in spec.hidden_tests) if hidden else {}
     out = []
     for g in spec.tests:
-        if g.source == "host":
+        if g.source in ("host", "derived"):
             out.append(host.get(g.name) or model.TestOutcome(
                 g.name, 0.0, g.points, "error", f"{g.description}\n\nnot evaluated",
                 g.visibility, g.description))
@@ -406,6 +408,32 @@ def outcomes(spec: LabSpec, parsed: ktap.ParseResult, host: dict[str, model.Test
     return out
 
 
+def derive(spec: LabSpec, tests: list[model.TestOutcome]) -> None:
+    """Decide the lab's derived tests (lab.toml's all_of) from their parts'
+    final outcomes, in place: passed, with the points, only if every part
+    passed; failed if a part failed, crashed or was skipped; else an error
+    (a part that never ran: a run the grading machine cut short, or hidden
+    tests after a visible run that did not finish). Its output names the
+    parts that did not pass. (Issue 33: a race in a hidden run takes the
+    race marks as one in the visible run does.)"""
+    by_name = {t.name: t for t in tests}
+    for i, t in enumerate(tests):
+        g = spec.test(t.name)
+        if not g.all_of:
+            continue
+        parts = [by_name[n] for n in g.all_of]
+        bad = [p for p in parts if p.status != "passed"]
+        status = ("failed" if any(p.status != "error" for p in bad) else
+                  "error" if bad else "passed")
+        body = [g.description, "", f"result: {status}"]
+        body += [f"why: {p.name}: {p.status}" for p in bad]
+        if not bad:
+            body.append("passed: " + ", ".join(g.all_of))
+        tests[i] = model.TestOutcome(g.name, g.points if status == "passed" else 0.0,
+                                     g.points, status, "\n".join(body), g.visibility,
+                                     g.description, notice=g.notice)
+
+
 def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
                **kw: Any) -> model.GradeResult:
     """A result for a submission that never reached the guest (refused at intake,
@@ -415,10 +443,6 @@ def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
                                 g.description) for g in spec.tests]
     return model.GradeResult(submission_id=submission_id, lab=spec.name, tests=tests,
                               verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
-
-
-NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no read-back, "
-                    "no mmiowb()): read how the fix orders the doorbell")
 
 
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
@@ -508,9 +532,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         "the console shows no warning, oops or lockdep report" if clean else
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = outcomes(spec, parsed, host, hidden)
-    if any(ktest.values().get("flush") == "none" and ktest.status.ok
-           for g in spec.ktap_tests if (ktest := parsed.root.find(g.name)) is not None):
-        flags.append(NO_VISIBLE_FLUSH)
+    flags += credit_flags(spec, parsed)
     if hidden_trouble:
         for t in tests:
             if spec.test(t.name).source != "hidden":
@@ -547,13 +569,13 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         verdict, words = "grader-error", NO_BOOT_WORDS
         _not_charged(spec, tests, NO_BOOT_WORDS, unbooted[0].describe(),
                      clean_log=res.boot_seconds is None)
-    elif fast and any(t.status != "passed" for t in tests if t.name != "build"):
+    elif fast and any(t.status != "passed" for t in tests if ran_in_guest(spec, t)):
         # A pass on a fast clock stands (its timeouts only came sooner).
         verdict, words = "grader-error", FAST_CLOCK_WORDS
         why = f"the guest's clock ran {fast[0].clock_ratio:.1f} times as fast as the host's"
         notes.append(why)
         for t in tests:
-            if t.name != "build" and t.status != "passed":
+            if ran_in_guest(spec, t) and t.status != "passed":
                 t.status, t.score = "error", 0.0
                 t.output += f"\n\n{FAST_CLOCK_WORDS}\n({why})"
     elif starved and clean and not hidden_unclean:
@@ -563,6 +585,7 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
             if t.name in starved:
                 t.status, t.score = "error", 0.0
                 t.output += f"\n\n{STARVED_WORDS}\n({starved[t.name]})"
+    derive(spec, tests)
     if words:
         notes.insert(0, words)
     return model.GradeResult(
@@ -573,6 +596,12 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         console_excerpt=ktap.console_excerpt(console, events) if events or not clean else "",
         flags=flags, diff=ready.diff, hidden_seconds=ran.hidden_seconds,
         confinement=ready.confinement)
+
+
+def ran_in_guest(spec: LabSpec, t: model.TestOutcome) -> bool:
+    """Whether a test's outcome came from a guest's run (its harness or its
+    console), not from the build or from other tests (derived, decided later)."""
+    return t.name != "build" and spec.test(t.name).source != "derived"
 
 
 def starved_tests(spec: LabSpec, *parsed: ktap.ParseResult | None) -> dict[str, str]:

@@ -456,14 +456,44 @@ def _batch_command(cfg: VMConfig, accel: str, initrd: str, append: list[str], lo
     return cmd
 
 
+# Ctrl-C of a batch reaches only the grader's main thread: QEMU is in its own
+# process group, out of the terminal's reach, and a batch's guests run in
+# worker threads (grade.grade_batch). stop_guests() ends every QEMU this
+# process runs and starts no more; each run it ended raises KeyboardInterrupt
+# in its own thread, so no result is written for it.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+class Stopped(KeyboardInterrupt):
+    """A guest run ended by stop_guests() (the grader was interrupted)."""
+
+
+def stop_guests() -> int:
+    """Kill every QEMU this process runs (each its own process group) and
+    start no more; returns how many were running."""
+    with _LIVE_LOCK:
+        _STOPPING.set()
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+    return len(live)
+
+
 def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
               log_dir: str) -> RunResult:
     channel_path = os.path.join(log_dir, "channel.log")
     console_path = os.path.join(log_dir, "console.log")
     cmd = _batch_command(cfg, accel, initrd, append, log_dir, channel_path, console_path)
     t0 = time.monotonic()
-    proc = subprocess.Popen(bounded.PDEATHSIG + cmd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+    with _LIVE_LOCK:
+        if _STOPPING.is_set():
+            raise Stopped("the grader is stopping: no guest is started")
+        proc = subprocess.Popen(bounded.PDEATHSIG + cmd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                process_group=0)
+        _LIVE.add(proc)
     record = ""
     try:
         record = _record(cfg.build, proc, cmd, [initrd])
@@ -472,13 +502,17 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
         patience = Patience(cfg.progress_marker, cfg.stall_timeout, cfg.timeout, t0)
         status = _watch(proc, cfg, console, done, channel_path, t0, patience)
         rc, stderr = _reap(proc, console)
+        if _STOPPING.is_set():
+            raise Stopped("the grader is stopping: the guest was killed")
     except BaseException:
-        # Ctrl-C in this thread, or a grader bug: QEMU is in its own group,
-        # out of the terminal's reach, so end it here.
+        # Ctrl-C in this thread, stop_guests(), or a grader bug: QEMU is in
+        # its own group, out of the terminal's reach, so end it here.
         _kill_group(proc)
         proc.wait()
         raise
     finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
         if record and proc.poll() is not None:
             os.unlink(record)
     seconds = time.monotonic() - t0

@@ -14,21 +14,30 @@ check /job/ringtest -k 2 -N single_cpu -t 1 -n 200 -s "$first_seed"
 unload
 
 # Traced: the first failing seed's trace goes to the host.
-race() { traced /job/ringtest -k "$k" -N "seed_$seed" -n "$CMDS" -s "$seed" -i 2 -c /tmp/cost; }
-rm -f /tmp/cost
-# Cost: reads per command on the submit path. A read-back fix is correct
-# but pays a round trip per doorbell; mmiowb() only orders.
+race() { traced /job/ringtest -k "$k" -N "seed_$seed" -n "$CMDS" -s "$seed" -i 2; }
+# Cost, once the race passed: what the submit path pays to order each
+# doorbell, from the fabric's trace events of one more run (ordercost.c).
+# mmiowb() only orders the doorbell; a read-back makes it arrive, a round
+# trip each time. lab.toml says what each is worth. That run's routes are
+# long (cost_route): mmiowb() is traced only when it waits, and under TCG a
+# CPU often takes longer than the lab's 1.5-6.5 us to get from the doorbell
+# to the flush, the doorbell gone by then; 50 us leaves it queued. The
+# lab's routes come back after.
+cost_route=50000
 if per_seed 3 race race; then
-	awk '{ r += $1; w += $2; n += $3; t += $4 }
-	END {
-		rpc = n ? r / n : 0; wpc = n ? w / n : 0
-		flush = rpc > 0.5 ? "readback" : (wpc > 0.5 ? "mmiowb" : "none")
-		# No flush seen: no cost marks (report.py enforces it too); the
-		# grader flags the submission for the instructor to read.
-		frac = rpc > 0.5 ? "0.5" : (wpc > 0.5 ? "1" : "0"); thr = NR ? t / NR : 0
-		printf "# cost: flush=%s reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f fraction=%s\n", flush, rpc, wpc, thr, frac
-		print "ok 4 cost"
-	}' /tmp/cost | tag
+	seed_fabric "$first_seed"
+	lab_route=$(sed -n 's/.* \(route_ns=[^ ]*\).*/\1/p' $params)
+	if ! echo "route_ns=$cost_route" > $params; then
+		say "not ok 4 cost # the fabric refused route_ns=$cost_route"
+	elif load; then
+		say "# cost: measured with route_ns=$cost_route (the lab's: $lab_route)"
+		check /job/ordercost -k 4 -N cost -- /job/ringtest -k 1 -N cost_run -n 2000 \
+			-s "$first_seed"
+		unload
+	else
+		say "not ok 4 cost # insmod failed: $(cat /tmp/insmod.err)"
+	fi
+	echo "$lab_route" > $params
 else
 	say "not ok 4 cost # not graded: the race test failed"
 fi

@@ -10,9 +10,9 @@
  *
  * Prints one KTAP test result on stdout, indented by INDENT spaces (the
  * harness adds the run's nonce; this program never sees it: a driver could
- * read it from here); appends "reads mmiowbs commands" to COSTFILE:
+ * read it from here). What ordering the doorbells costs is ordercost.c's.
  *   ringtest -k NUMBER -N NAME -t THREADS -n PER_THREAD [-s SEED]
- *            [-i INDENT] [-c COSTFILE] [-m PATH]
+ *            [-i INDENT] [-m PATH]
  * PATH selects the driver's submit path (RINGDRV_PATH_*, modern lab).
  */
 #define _GNU_SOURCE
@@ -232,7 +232,7 @@ int main(int argc, char **argv)
 	int threads = 0, number = 1, i, opt, ncpu;
 	long ok = 0, lost = 0, corrupt = 0, errors = 0, sent;
 	long long dup;
-	const char *name = "race", *costfile = NULL;
+	const char *name = "race";
 	struct snapshot a, b;
 	struct worker *w;
 	int starved;
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 	double secs;
 	int pass;
 
-	while ((opt = getopt(argc, argv, "k:N:t:n:s:i:c:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "k:N:t:n:s:i:m:")) != -1) {
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
@@ -249,10 +249,9 @@ int main(int argc, char **argv)
 		case 'n': per_thread = atoi(optarg); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'i': indent = atoi(optarg); break;
-		case 'c': costfile = optarg; break;
 		case 'm': submit_path = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS [-s SEED] [-i INDENT] [-c COSTFILE] [-m PATH]\n");
+			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS [-s SEED] [-i INDENT] [-m PATH]\n");
 			return 2;
 		}
 	}
@@ -303,15 +302,6 @@ int main(int argc, char **argv)
 	if (starved)
 		out("# %s: starved=%ld (every command the driver timed out was executed later, once, with no stale doorbell or descriptor: the guest's CPUs were starved, not the ring raced)",
 		    name, lost);
-	if (costfile) {
-		FILE *f = fopen(costfile, "a");
-
-		if (f) {
-			fprintf(f, "%lld %lld %ld %.0f\n", b.reads - a.reads,
-				b.mmiowbs - a.mmiowbs, sent, secs > 0 ? sent / secs : 0);
-			fclose(f);
-		}
-	}
 	pass = !lost && !corrupt && !errors &&
 	       b.executed - a.executed == sent &&
 	       b.stale_doorbells == a.stale_doorbells &&
