@@ -10,6 +10,7 @@ import unittest
 
 from mmiolab.labspec import load_lab
 from mmiolab.labtest import run_variant, run_variants
+from kitcfg import CFG
 from vmtest import need_guest, report
 
 LAB = load_lab("doorbell")
@@ -47,7 +48,7 @@ class FabricTest(unittest.TestCase):
         need_guest(self)
 
     def tally(self, variant, append=None):
-        t = run_variant(LAB, variant, SEEDS, append=append)["race"]
+        t = run_variant(LAB, variant, SEEDS, append=append, cfg=CFG)["race"]
         thr = f", {sorted(t.throughput)[len(t.throughput) // 2]:.0f} cmds/s" if t.throughput else ""
         report(f"{variant} {' '.join(append or [])}: failed {t.failed}/{t.runs}{thr}, "
                f"{t.seconds:.0f}s")
@@ -66,7 +67,7 @@ class FabricTest(unittest.TestCase):
         """A 2004-style fix stays correct when spin_unlock() orders too (and must
         not deadlock: the unlock runs mmiowb(), which takes no lock)."""
         tallies = run_variants(LAB, ["solution:mmiowb", "solution:readback"], SEEDS,
-                               append=["mmiosim.locking=5.2"])
+                               append=["mmiosim.locking=5.2"], cfg=CFG)
         for name, t in tallies.items():
             with self.subTest(solution=name):
                 report(f"{name} locking=5.2: failed {t['race'].failed}/{t['race'].runs}")

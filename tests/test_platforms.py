@@ -11,10 +11,11 @@ import tempfile
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, ROOT, grade, labspec, model, stages
+from mmiolab import ROOT, grade, labspec, model, stages
 from mmiolab.commands import grade as grade_command
 from mmiolab.config import Config
 from mmiolab.platforms import PLATFORMS, Platform, platform
+from kitcfg import BUILD
 
 PIPELINE = ("stages.py", "grade.py", "report.py", "gradebook.py", "model.py")
 

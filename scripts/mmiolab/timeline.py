@@ -29,7 +29,7 @@ comes too late: ``irq:irq_handler_entry`` (``irq=25 name=postdrv``: a
 handler starts, on the CPU of the line) and ``raw_syscalls:sys_exit``
 (``NR 16 = 0``: a task's system call returns to user space). Other events
 are ignored. The card's register names (labels, the doorbell, INT_ENABLE)
-are read from the kernel's include/linux/mmiosim_ring.h (ring()).
+are read from the kernel's include/linux/mmiosim_ring.h (ring(src)).
 
 A recorded file may start with "# key: value" header lines (written by the
 guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
@@ -68,7 +68,7 @@ ENTRIES_RE = re.compile(r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)"
 LOST_RE = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]")
 SYS_EXIT_RE = re.compile(r"NR (-?\d+) = (-?\d+)")
 
-# The ring card's register map is the kernel header's, read at run time (ring()).
+# The ring card's register map is the kernel header's, read at run time (ring(src)).
 RING_HEADER = os.path.join("include", "linux", "mmiosim_ring.h")
 _DEFINE = re.compile(r"^#define[ \t]+MMIOSIM_RING_([A-Z0-9_]+)[ \t]+(0x[0-9a-fA-F]+|[0-9]+)\b")
 # x86_64 system call numbers worth a name on the picture.
@@ -123,12 +123,11 @@ def parse_ring_header(text: str, where: str = RING_HEADER) -> Ring:
 
 
 @functools.lru_cache(maxsize=None)
-def ring() -> Ring:
+def ring(src: str) -> Ring:
     """The ring card's registers, from include/linux/mmiosim_ring.h of the lab
-    kernel tree (a handout's prebuilt tree carries it); a TraceError says where
-    it looked."""
-    from . import kernel
-    path = os.path.join(kernel.tree().src, RING_HEADER)
+    kernel's source tree src (kernel.tree(cfg).src; a handout's prebuilt tree
+    carries it); a TraceError says where it looked."""
+    path = os.path.join(src, RING_HEADER)
     try:
         with open(path, encoding="utf-8") as f:
             return parse_ring_header(f.read(), path)
@@ -165,6 +164,7 @@ class Write:
     pid: int = -1                   # the task that posted it
     task: str = ""
     lines: list[int] = field(default_factory=list)
+    ring: Ring = field(kw_only=True, repr=False, compare=False)    # the card's register names
 
     @property
     def complete(self) -> bool:
@@ -172,7 +172,7 @@ class Write:
 
     @property
     def reg(self) -> str:
-        return ring().name(self.off)
+        return self.ring.name(self.off)
 
 
 @dataclass
@@ -222,6 +222,7 @@ class Trace:
     irqs: list[Irq] = field(default_factory=list)
     returns: list[Return] = field(default_factory=list)
     lost: int = 0           # events ftrace says it dropped (a buffer that overflowed)
+    ring: Ring = field(kw_only=True, repr=False, compare=False)    # the card's register map
 
     @property
     def card_irq(self) -> int | None:
@@ -233,8 +234,9 @@ def _num(s: str) -> int:
     return int(s, 0)
 
 
-def parse(text: str, route_ns: list[int] | None = None) -> Trace:
-    """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt).
+def parse(text: str, route_ns: list[int] | None = None, *, ring: Ring) -> Trace:
+    """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt);
+    ring: the card's register map (ring(kernel source)).
 
     route_ns: the fabric's route latencies (default: from a "# fabric:"
     header line, else none), used to place each write's post (see model()).
@@ -275,7 +277,7 @@ def parse(text: str, route_ns: list[int] | None = None) -> Trace:
                             int(m["tcpu"])))
     if route_ns is None:
         route_ns = fabric_routes(header.get("fabric", ""))
-    tr = model(header, events, route_ns)
+    tr = model(header, events, route_ns, ring=ring)
     # The same loss may be told both ways (the header's count, a LOST line).
     tr.lost = max(overwritten, lost)
     return tr
@@ -314,8 +316,8 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
-def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None
-          ) -> Trace:
+def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None,
+          *, ring: Ring) -> Trace:
     """Writes, reads, mmiowb() waits, interrupts and returns from the events.
 
     When a write is posted, the fabric first brings its model up to date,
@@ -337,7 +339,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
         w = writes.get(seq)
         if w is None:
             w = writes[seq] = Write(seq, _num(f["cpu"]), _num(f.get("win", "-1")),
-                                    _num(f.get("off", "-1")), _num(f.get("val", "0")))
+                                    _num(f.get("off", "-1")), _num(f.get("val", "0")), ring=ring)
         if "off" in f and w.off < 0:
             w.win, w.off, w.val = _num(f["win"]), _num(f["off"]), _num(f["val"])
         w.lines.append(ev.lineno)
@@ -365,7 +367,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
                 cost = _num(f["cost"])
                 off = _num(f["off"])
                 spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
-                                  f"readl({ring().name(off)}) took {cost} ns",
+                                  f"readl({ring.name(off)}) took {cost} ns",
                                   ev.lineno))
             elif ev.name == "irq_handler_entry":
                 irqs.append(Irq(ev.cpu, ev.ts_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
@@ -376,12 +378,12 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
             raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
     # A doorbell is stale when it arrives after a doorbell posted later.
     newest: dict[int, int] = {}         # window -> the latest seq arrived
-    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring().doorbell),
+    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring.doorbell),
                     key=lambda w: (w.arrive, w.lines[-1])):
         if w.win in newest and w.seq < newest[w.win]:
             w.stale = True
         newest[w.win] = max(newest.get(w.win, -1), w.seq)
-    tr = Trace(header, events, writes, spans, irqs, returns)
+    tr = Trace(header, events, writes, spans, irqs, returns, ring=ring)
     _mark_late(tr)
     return tr
 
@@ -400,7 +402,7 @@ def _mark_late(tr: Trace) -> None:
     irq = tr.card_irq
     if not tr.returns:
         return
-    enables = sorted((w for w in tr.writes.values() if w.off == ring().int_enable and w.lines),
+    enables = sorted((w for w in tr.writes.values() if w.off == tr.ring.int_enable and w.lines),
                      key=lambda w: min(w.lines))
     for i, d in enumerate(enables):
         if d.val != 0 or d.pid < 0:
@@ -425,7 +427,7 @@ def first_reordering(tr: Trace, off: int | None = None) -> tuple[Write, Write] |
 
     Returns (old, new) Writes, or None when no doorbell arrived out of order.
     """
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     arrived = sorted((w for w in tr.writes.values() if w.arrive is not None and w.off == off),
                      key=lambda w: (w.arrive, w.lines[-1]))
     seen: dict[int, list[int]] = {}         # window -> seqs arrived so far, sorted
@@ -468,7 +470,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
     way to the device when mmiowb() returned (ordering without arrival).
     Returns (first, second) Writes, or None.
     """
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     ends: dict[int, list[int]] = {}         # CPU -> end times of its barriers, sorted
@@ -496,7 +498,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
 
 def last_crossing(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The last two consecutive doorbells posted from different CPUs, or None."""
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     pairs = [(a, b) for a, b in zip(dbs, dbs[1:]) if a.cpu != b.cpu and a.win == b.win]
@@ -636,7 +638,7 @@ def find(tr: Trace) -> Finding | None:
 
 def _with_doorbell_before(tr: Trace, w: Write) -> list[Write]:
     """w and the last doorbell posted before it (the commands still in flight)."""
-    db = ring().doorbell
+    db = tr.ring.doorbell
     before = [o for o in tr.writes.values() if o.off == db and o.seq < w.seq and o.lines]
     return [max(before, key=lambda o: o.seq), w] if before else [w]
 
@@ -738,7 +740,7 @@ def focus(tr: Trace, marked: Marked) -> Trace:
     returns = [r for r in tr.returns if r.disabled is not None and r.disabled.seq in chosen]
     irqs = [q for q in tr.irqs if q.late]
     spans = [sp for sp in tr.spans if sp.end >= lo and sp.start <= hi]
-    return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost)
+    return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost, ring=tr.ring)
 
 
 def in_words(tr: Trace, marked: Marked) -> list[str]:
@@ -772,7 +774,7 @@ def in_words(tr: Trace, marked: Marked) -> list[str]:
 
 
 def summarize(tr: Trace) -> str:
-    dbs = [w for w in tr.writes.values() if w.off == ring().doorbell]
+    dbs = [w for w in tr.writes.values() if w.off == tr.ring.doorbell]
     card = [q for q in tr.irqs if q.irq == tr.card_irq]
     parts = [f"{len(tr.writes)} writes ({len(dbs)} doorbells)",
              f"{sum(w.stale for w in dbs)} stale doorbells",
@@ -786,12 +788,13 @@ def summarize(tr: Trace) -> str:
 
 
 def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
-         header: Mapping[str, str] | None = None) -> Drawing:
+         header: Mapping[str, str] | None = None, *, ring: Ring) -> Drawing:
     """Find what a recorded trace shows, cut an excerpt around it and draw it.
 
-    header: extra "# key: value" lines for the excerpt (after the trace's own).
+    header: extra "# key: value" lines for the excerpt (after the trace's own);
+    ring: the card's register map (ring(kernel source)).
     """
-    tr = parse(text)
+    tr = parse(text, ring=ring)
     warnings: list[str] = []
     if tr.lost:
         warnings.append(f"the trace buffer was full: its {tr.lost} oldest events were "
@@ -827,7 +830,7 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
     try:
-        cut = parse(excerpt)
+        cut = parse(excerpt, ring=ring)
         svg = render_svg(cut, title=title, width=width, ident=ident, marked=finding.marked)
         near = focus(cut, finding.marked)
         focus_svg = render_svg(near, title=title, width=width, ident=f"{ident}-f",
@@ -1166,7 +1169,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     marked: seq -> (label on its queue, label in the bridge) for the writes a
     finding names, highlighted and labelled first; runs of other writes that
     wait together are folded into one labelled bar."""
-    doorbell = ring().doorbell if doorbell is None else doorbell
+    doorbell = tr.ring.doorbell if doorbell is None else doorbell
     L = _layout(tr, title, width, marked or {}, doorbell)
     labels = _Labels(L.width, L.height)
     svg, g, arrow = _draw_frame(L, title, ident, labels)

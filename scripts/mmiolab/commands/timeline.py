@@ -33,8 +33,8 @@ def draw(args: argparse.Namespace, cfg: Config) -> int:
     spec = labspec.load_lab(args.lab) if args.lab else None
     if spec is None and not args.file:
         raise explore.ExploreError("say which lab (--lab LAB) or which recording (FILE)")
-    text, path = explore.find_recording(spec, args.rec, args.file, cfg)
-    drawn = explore.draw_file(text, path)
+    text, path = explore.find_recording(spec, args.rec, args.file, cfg=cfg)
+    drawn = explore.draw_file(text, path, cfg=cfg)
     d = drawn.drawing
     cmd = explore._head(text, "command")
     print(f"mmiolab: timeline of {explore.shown_path(path)}" + (f" (record {cmd})" if cmd else ""))

@@ -62,7 +62,7 @@ def _hidden_dir(spec: Any) -> str:
 
 
 def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
-         allow_unconfined: bool = False) -> str:
+         allow_unconfined: bool = False, *, cfg: Config) -> str:
     """Write out_dir/LAB/ (replacing it): question/ for the course's questions/
     folder, grader-image/ to build the image from. Returns out_dir/LAB."""
     final = os.path.join(out_dir, spec.name)
@@ -72,7 +72,7 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
     image_dir = os.path.join(tmp, "grader-image")
     kit = os.path.join(image_dir, "kit")
     has_hidden = _put_kit_files(spec, root, kit, os.path.join(question, "tests", "hidden"))
-    _put_prebuilt(root, kit)
+    _put_prebuilt(root, kit, cfg)
     _put_question(spec, question, image or DEFAULT_IMAGE.format(lab=spec.name))
     _put_image_files(spec, image_dir, has_hidden, allow_unconfined)
     shutil.rmtree(final, ignore_errors=True)
@@ -113,10 +113,10 @@ def _put_kit_files(spec: Any, root: str, kit: str, hidden_out: str) -> bool:
     return has_hidden
 
 
-def _put_prebuilt(root: str, kit: str) -> None:
+def _put_prebuilt(root: str, kit: str, cfg: Config) -> None:
     """The lab kernel and initramfs, built (as the Gradescope zip carries them):
     the image builds no kernel."""
-    built = prebuilt(root)
+    built = prebuilt(root, cfg=cfg)
     for name, src in built.files:
         os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
         shutil.copyfile(src, os.path.join(kit, name))
@@ -159,5 +159,5 @@ def _put_image_files(spec: Any, image_dir: str, has_hidden: bool,
         entrypoint=ENTRYPOINT).encode())
 
 
-def default_out(cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "prairielearn")
+def default_out(cfg: Config) -> str:
+    return os.path.join(cfg.build, "prairielearn")
