@@ -349,7 +349,7 @@ def draw_file(text: str, path: str, title: str = "", *, cfg: Config) -> Drawn:
     """Draw a recorded trace next to it: .svg, .html (picture, finding, excerpt)
     and .excerpt.txt (the card's register names from cfg's kernel tree)."""
     if not title:
-        lab, driver, cmd = (_head(text, k) for k in ("lab", "driver", "command"))
+        lab, driver, cmd = (header_value(text, k) for k in ("lab", "driver", "command"))
         title = (f"{lab} lab, {driver}: " if lab and driver else "") + \
             (f"record {cmd}" if cmd else os.path.basename(path))
     d = timeline.draw(text, title=title, ident="tl", ring=timeline.ring(kernel.tree(cfg).src))
@@ -365,6 +365,7 @@ def draw_file(text: str, path: str, title: str = "", *, cfg: Config) -> Drawn:
     return out
 
 
-def _head(text: str, key: str) -> str:
+def header_value(text: str, key: str) -> str:
+    """The value of a recorded trace's "# key: value" header line ('' if none)."""
     m = re.search(rf"(?m)^# {key}: (.*)$", text[:65536])
     return m.group(1).strip() if m else ""
