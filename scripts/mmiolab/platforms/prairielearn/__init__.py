@@ -58,7 +58,7 @@ from typing import Any
 from ...model import (NOT_CHARGED, TOO_SLOW, WHY, GradeResult, atomic_write, cap_text, clean_obj,
                       clean_text, shown_number)
 from ...report import summary_text
-from ..base import Platform
+from ..base import Container, Platform
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.
 MAX_RESULTS_BYTES = 900 << 10
@@ -196,4 +196,9 @@ PLATFORM = Platform(
     name="prairielearn", title="PrairieLearn", root_setting="prairielearn",
     student="student", results="results/results.json",
     write_results=write_results, problems=problems,
-    pack_module=__name__ + ".pack")
+    pack_module=__name__ + ".pack",
+    # grader-host's defaults (apps/grader-host/src/lib/config.ts, above): 0.9
+    # of a CPU, 2 GiB and no swap, 1024 processes; a job's time "cannot exceed
+    # 600 seconds" (docs/externalGrading.md), the question's timeout (pack.py).
+    # The instructor builds the image: no limits there.
+    container=Container(cpus=0.9, memory="2g", timeout=600, swap="2g", pids=1024))

@@ -22,9 +22,10 @@ from ...config import Config
 from ...handout import ANSWER_DIRS, HandoutError, prebuilt
 from ...template import fill
 from ..gradescope.pack import read_member, zip_members
+from . import PLATFORM
 
-# PrairieLearn's cap on a job's run time (docs/externalGrading.md: "cannot exceed 600 seconds").
-TIMEOUT = 600
+# The question's timeout: PrairieLearn's cap on a job's run time (PLATFORM.container).
+TIMEOUT = PLATFORM.container.timeout
 # No registry resolves .invalid (RFC 2606): an info.json nobody edited fails to pull,
 # instead of pulling someone else's image.
 DEFAULT_IMAGE = "example.invalid/mmiolab-grader-{lab}"
