@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 sys.path.insert(0, HERE)
 
-from mmiolab import BUILD  # noqa: E402
+from kitcfg import BUILD  # noqa: E402
 
 # Tests make their folders under build/, which a fresh clone does not have yet.
 os.makedirs(BUILD, exist_ok=True)

@@ -10,10 +10,11 @@ import sys
 import tempfile
 import unittest
 
-from mmiolab import BUILD, ROOT, MmiolabError
+from mmiolab import ROOT, MmiolabError
 from mmiolab.commands import COMMANDS
 from mmiolab import config
 from mmiolab.config import Config
+from kitcfg import BUILD
 
 PY = "/usr/bin/python3"
 ENV = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "scripts")}

@@ -19,8 +19,9 @@ import subprocess
 import tempfile
 import unittest
 
-from mmiolab import BUILD, ROOT
+from mmiolab import ROOT
 from mmiolab.labspec import load_lab
+from kitcfg import BUILD
 from vmtest import need_guest, report
 
 PY = "/usr/bin/python3"

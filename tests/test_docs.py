@@ -43,8 +43,8 @@ import unittest
 import urllib.parse
 from unittest import mock
 
-from mmiolab import BUILD
 from chromium import CDPError, Chromium
+from kitcfg import BUILD, ring
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
@@ -536,7 +536,7 @@ class RecordedTraceTest(unittest.TestCase):
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             self.assertLess(len(text.splitlines()), 300, f"{name}: not a small excerpt")
-            tr = mmiosim_trace.parse(text)
+            tr = mmiosim_trace.parse(text, ring=ring())
             self.assertEqual(tr.header.get("trace_clock"), "mono", name)
             self.assertIn("profile=sn2", tr.header.get("fabric", ""), name)
             doorbells = [w for w in tr.writes.values() if w.complete and w.off == 0x1c]

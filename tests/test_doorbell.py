@@ -13,6 +13,7 @@ import unittest
 from mmiolab import BUILD
 from mmiolab.labspec import load_lab
 from mmiolab.labtest import run_variant, run_variants, score_variants
+from kitcfg import CFG
 from vmtest import need_guest, report
 
 LAB = load_lab("doorbell")
@@ -173,7 +174,7 @@ class CostTest(unittest.TestCase):
 
     def test_cost_marks_of_four_correct_drivers(self):
         need_guest(self)
-        got = score_variants(LAB, list(COST), [1], cmds=2000)
+        got = score_variants(LAB, list(COST), [1], cmds=2000, cfg=CFG)
         for variant, (share, flush) in COST.items():
             with self.subTest(variant=variant):
                 self.assertIn(variant, got, "its harness did not finish")
@@ -192,7 +193,7 @@ class FabricTest(unittest.TestCase):
         need_guest(self)
 
     def tally(self, variant, append=None):
-        t = run_variant(LAB, variant, SEEDS, append=append)["race"]
+        t = run_variant(LAB, variant, SEEDS, append=append, cfg=CFG)["race"]
         thr = f", {sorted(t.throughput)[len(t.throughput) // 2]:.0f} cmds/s" if t.throughput else ""
         report(f"{variant} {' '.join(append or [])}: failed {t.failed}/{t.runs}{thr}, "
                f"{t.seconds:.0f}s")
@@ -211,7 +212,7 @@ class FabricTest(unittest.TestCase):
         """A 2004-style fix stays correct when spin_unlock() orders too (and must
         not deadlock: the unlock runs mmiowb(), which takes no lock)."""
         tallies = run_variants(LAB, ["solution:mmiowb", "solution:readback"], SEEDS,
-                               append=["mmiosim.locking=5.2"])
+                               append=["mmiosim.locking=5.2"], cfg=CFG)
         for name, t in tallies.items():
             with self.subTest(solution=name):
                 report(f"{name} locking=5.2: failed {t['race'].failed}/{t['race'].runs}")

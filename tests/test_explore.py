@@ -23,8 +23,10 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, explore, handout, timeline
+from mmiolab import ROOT, explore, handout, kernel, timeline
+from mmiolab.config import Config
 from mmiolab.labspec import lab_names, load_lab
+from kitcfg import BUILD, CFG, TREE, ring
 from vmtest import log_dir, need_guest, report
 
 FIGURES = os.path.join(ROOT, "Documentation", "figures")
@@ -73,7 +75,7 @@ class TimelineTest(unittest.TestCase):
 
     def test_recorded_race_shows_its_stale_doorbell(self):
         with open(os.path.join(FIGURES, "race-trace.txt"), encoding="utf-8") as f:
-            d = timeline.draw(f.read(), title="race")
+            d = timeline.draw(f.read(), title="race", ring=ring())
         self.assertEqual(d.finding.kind, "stale-doorbell")
         self.assertTrue(d.finding.failure)
         self.assertIn("the card saw 21 and then 20", d.finding.text)
@@ -92,7 +94,7 @@ class TimelineTest(unittest.TestCase):
         with gzip.open(path, "rt", encoding="utf-8") as f:
             text = "".join(line for line in f
                            if not ("mmiosim_drain:" in line and " seq=723 " in line))
-        d = timeline.draw(text, title="lost drain")
+        d = timeline.draw(text, title="lost drain", ring=ring())
         self.assertEqual(d.finding.kind, "stale-doorbell")
         self.assertIn("the trace lost one of the two drain times", d.finding.text)
 
@@ -105,12 +107,12 @@ class TimelineTest(unittest.TestCase):
                             "stalled-doorbell.txt.gz")
         with gzip.open(path, "rt", encoding="utf-8") as f:
             text = f.read()
-        d = timeline.draw(text)
+        d = timeline.draw(text, ring=ring())
         self.assertIsNotNone(d.finding, d.warnings)
         self.assertIn("a stale doorbell", d.finding.text)
         self.assertIn("left out", d.excerpt)
         self.assertRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]')
-        tr = timeline.parse(text)
+        tr = timeline.parse(text, ring=ring())
         stale = next(w for w in tr.writes.values() if w.stale)
         later = min((w for w in tr.writes.values() if w.off == stale.off and w.seq > stale.seq),
                     key=lambda w: w.seq)
@@ -129,13 +131,13 @@ class TimelineTest(unittest.TestCase):
     def test_recorded_fixes_show_no_failure(self):
         for name, kind in (("fix-mmiowb", "mmiowb"), ("fix-readback", "read")):
             with open(os.path.join(FIGURES, f"{name}-trace.txt"), encoding="utf-8") as f:
-                d = timeline.draw(f.read(), title=name)
+                d = timeline.draw(f.read(), title=name, ring=ring())
             self.assertEqual(d.finding.kind, kind, name)
             self.assertFalse(d.finding.failure, name)
             self.assertNotRegex(d.svg, r'class="mmiosim-write[^"]* stale[ "]', name)
 
     def test_late_interrupt_is_one_after_the_disabling_call_returned(self):
-        d = timeline.draw(made_up_trace(irq_after_return=True))
+        d = timeline.draw(made_up_trace(irq_after_return=True), ring=ring())
         self.assertEqual(d.finding.kind, "late-interrupt")
         self.assertIn("its ioctl() returned 6.0 \u00b5s later", d.finding.text)
         self.assertIn("1 interrupts of the card (1 late)", d.summary)
@@ -143,7 +145,7 @@ class TimelineTest(unittest.TestCase):
         self.assertIn('class="mmiosim-irq late"', d.svg)
         # No late interrupt, but STOP returned 1.6 ms before its disable arrived:
         # what the posting lab's test fails.
-        d = timeline.draw(made_up_trace(irq_after_return=False))
+        d = timeline.draw(made_up_trace(irq_after_return=False), ring=ring())
         self.assertEqual(d.finding.kind, "early-return")
         self.assertTrue(d.finding.failure)
         self.assertIn("1654.6 \u00b5s before the write reached the card", d.finding.text)
@@ -153,23 +155,23 @@ class TimelineTest(unittest.TestCase):
         text = made_up_trace(irq_after_return=False).replace(
             "1.829135: sys_exit: NR 16 = 0\n", "")
         text += "        posttest-74      [000] .....     1.830800: sys_exit: NR 16 = 0\n"
-        d = timeline.draw(text)
+        d = timeline.draw(text, ring=ring())
         self.assertEqual(d.finding.kind, "disable")
         self.assertFalse(d.finding.failure)
         self.assertNotIn("too late", d.svg)
 
     def test_late_interrupt_needs_the_card_irq(self):
         text = made_up_trace(True).replace("# card_irq: 24\n", "# card_irq: 25\n")
-        self.assertEqual(timeline.draw(text).finding.kind, "early-return")
+        self.assertEqual(timeline.draw(text, ring=ring()).finding.kind, "early-return")
 
     def test_overwritten_events_are_said(self):
         text = "# entries-in-buffer/entries-written: 11/40   #P:2\n" + made_up_trace(True)
-        d = timeline.draw(text)
+        d = timeline.draw(text, ring=ring())
         self.assertTrue(any("29 oldest events were overwritten" in w for w in d.warnings),
                         d.warnings)
 
     def test_nothing_to_draw_is_said_not_drawn(self):
-        d = timeline.draw("# tracer: nop\n")
+        d = timeline.draw("# tracer: nop\n", ring=ring())
         self.assertIsNone(d.finding)
         self.assertEqual(d.svg, "")
 
@@ -191,7 +193,7 @@ class RingHeaderTest(unittest.TestCase):
 
     def test_the_header_gives_the_registers(self):
         from mmiolab import kernel
-        header = os.path.join(kernel.SRC, timeline.RING_HEADER)
+        header = os.path.join(TREE.src, timeline.RING_HEADER)
         if not os.path.exists(header):
             self.skipTest(f"{header} missing: no lab kernel tree")
         with open(header, encoding="utf-8") as f:
@@ -214,13 +216,10 @@ class RingHeaderTest(unittest.TestCase):
         self.assertEqual(ring.regs, {0x1c: "DOORBELL", 0x24: "INT_ENABLE"})
 
     def test_without_a_kernel_tree_a_clear_error(self):
-        from unittest import mock
         with tempfile.TemporaryDirectory() as empty:
-            # The kernel tree of a build folder with none (kernel.tree(), read at the call).
-            with mock.patch.dict(os.environ, {"MMIOLAB_BUILD": empty, "MMIOLAB_DEBUG": ""}):
-                timeline.ring.cache_clear()
-                with self.assertRaises(timeline.TraceError) as e:
-                    timeline.ring()
+            # The kernel tree of a build folder with none.
+            with self.assertRaises(timeline.TraceError) as e:
+                timeline.ring(kernel.tree(Config(build=empty)).src)
         self.assertIn("run 'make kernel'", str(e.exception))
         self.assertIn(timeline.RING_HEADER, str(e.exception))
 
@@ -239,9 +238,9 @@ class ExploreHostTest(unittest.TestCase):
             self.assertIn("stopped while it was being sent", recs[2].problem)
             self.assertEqual(explore.save_recordings(tmp), [os.path.join(tmp, "record-1.txt")])
             with self.assertRaises(explore.ExploreError) as e:
-                explore.find_recording(None, 0, channel)
+                explore.find_recording(None, 0, channel, cfg=CFG)
             self.assertIn("recording 3", str(e.exception))
-            text, path = explore.find_recording(None, 1, channel)
+            text, path = explore.find_recording(None, 1, channel, cfg=CFG)
             self.assertEqual((text, os.path.basename(path)), ("trace one\n", "record-1.txt"))
 
     def test_fabric_words_start_from_the_lab_and_take_the_students(self):
@@ -426,7 +425,7 @@ class ExploreVMTest(unittest.TestCase):
         # recording (a flush at its end once left a drain time after the
         # arrival, and the picture was dropped).
         with open(html.removesuffix(".html") + ".txt", encoding="utf-8") as f:
-            tr = timeline.parse(f.read())
+            tr = timeline.parse(f.read(), ring=ring())
         bad = [(w.seq, w.post, w.drain, w.arrive) for w in tr.writes.values()
                if w.complete and not w.post <= w.drain <= w.arrive]
         self.assertEqual(bad, [], "writes out of order (seq, post, drain, arrival in ns)")
@@ -447,7 +446,7 @@ class ExploreVMTest(unittest.TestCase):
                                            if ln.startswith("Found:"))[:200])
 
     def test_doorbell_reference_fix_shows_none(self):
-        fix = load_lab("doorbell").solution_source("mmiowb")
+        fix = load_lab("doorbell").solution_source("mmiowb", CFG)
         text, out = self.explore("doorbell", fix)
         self.assertIn("built from " + fix, text.replace("\r", "").replace("\n", " "))
         self.assertRegex(text, r"the card counted 0 stale doorbells")
@@ -506,7 +505,7 @@ class ExploreVMTest(unittest.TestCase):
             os.chmod(tmp, 0o755)
             site = os.path.join(tmp, "site")
             os.makedirs(site)
-            tarball = handout.pack(load_lab("doorbell"), site, tmp)
+            tarball = handout.pack(load_lab("doorbell"), site, tmp, cfg=CFG)
             with tarfile.open(tarball) as tar:
                 tar.extractall(tmp)
             kit = os.path.join(tmp, "mmiolab-doorbell")

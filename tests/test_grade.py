@@ -14,8 +14,9 @@ import unittest
 import zipfile
 import xml.etree.ElementTree as ET
 
-from mmiolab import BUILD, ROOT
+from mmiolab import ROOT
 from mmiolab.labspec import apply_patch, load_lab
+from kitcfg import BUILD, CFG
 from vmtest import need_guest, report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
@@ -51,8 +52,8 @@ PROBE_END = "\tdev_info(dev, \"ring of %d descriptors, irq %d\\n\", RING_ENTRIES
 # Each: student id -> (ringdrv.c text or None for special set-up, expected outcome)
 CLASS = {
     "starter": (starter(), "race fails"),
-    "mmiowb": (open(DOORBELL.solution_source("mmiowb")).read(), "full marks"),
-    "readback": (open(DOORBELL.solution_source("readback")).read(), "cost partial"),
+    "mmiowb": (open(DOORBELL.solution_source("mmiowb", CFG)).read(), "full marks"),
+    "readback": (open(DOORBELL.solution_source("readback", CFG)).read(), "cost partial"),
     "tuned": (patched("mmiowb-two-cpus"), "races in the hidden run only"),
     "syntax-error": (mutate("static int ringdrv_probe", "static int ringdrv_probe oops"),
                      "build-failed"),
@@ -178,7 +179,7 @@ class BatchTest(unittest.TestCase):
         from mmiolab.grade import GradeOptions, grade_batch
         lines = []
         opts = GradeOptions(seeds=kw.pop("seeds", [1, 2, 3]), out=os.path.join(self.tmp, "out"),
-                            **kw)
+                            cfg=CFG, **kw)
         entries = [(sid, os.path.join(self.klass, f"{sid}.c")) for sid in ids]
         grade_batch(self.spec, entries, opts, progress=lines.append)
         return "\n".join(lines)
@@ -302,7 +303,7 @@ class BatchTest(unittest.TestCase):
                 mock.patch.object(stages, "run_tests", run), \
                 mock.patch.object(stages.speed, "slowdown", return_value=2.0):
             r = grade.grade_one(spec, os.path.join(LAB, "starter", "ringdrv.c"), "s",
-                                grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o")))
+                                grade.GradeOptions(seeds=[1], out=os.path.join(self.tmp, "o"), cfg=CFG))
         self.assertEqual(r.verdict, "graded", r.notes)
         self.assertEqual((seen["build_timeout"], seen["timeout"], seen["console_cap"]),
                          (77, 66, 12345))
@@ -315,7 +316,7 @@ def _answer_lines(spec) -> set[str]:
         starter = {line.strip() for line in f}
     out = set()
     for sol in spec.solutions:
-        with open(spec.solution_source(sol)) as f:
+        with open(spec.solution_source(sol, CFG)) as f:
             out |= {line.strip() for line in f if len(line.strip()) > 8
                     and line.strip() not in starter}
     return out
@@ -334,7 +335,7 @@ class GradescopeTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="gradescope-", dir=BUILD)
         # (/autograder stands here: the confined build's user must enter it)
         os.chmod(cls.tmp, 0o755)
-        cls.zip = gradescope.pack(cls.spec, os.path.join(cls.tmp, "out"))
+        cls.zip = gradescope.pack(cls.spec, os.path.join(cls.tmp, "out"), cfg=CFG)
         with zipfile.ZipFile(cls.zip) as z:
             cls.members = {i.filename: (i, z.read(i)) for i in z.infolist()}
 
@@ -438,7 +439,7 @@ class GradescopeTest(unittest.TestCase):
         self.assertRegex(res.stdout, r"mmiolab: speed: a doorbell submission should take ")
         shutil.copy(os.path.join(root, "source", "run_autograder"), root)
         os.makedirs(os.path.join(root, "submission"))
-        shutil.copy(DOORBELL.solution_source("mmiowb"),
+        shutil.copy(DOORBELL.solution_source("mmiowb", CFG),
                     os.path.join(root, "submission", "ringdrv.c"))
         # The zip's own prebuilt kernel and initramfs, not the kit's build/.
         env = {k: v for k, v in os.environ.items() if k != "MMIOLAB_BUILD"}
@@ -476,16 +477,16 @@ class StaleScratchTest(unittest.TestCase):
         from mmiolab import lab
         dead = subprocess.Popen(["/bin/true"])
         dead.wait()
-        stale = os.path.join(lab.scratch_root(), f"grade-{dead.pid}-test")
-        mine = lab.new_scratch("grade")
-        other = os.path.join(lab.scratch_root(), "unowned-folder")
+        stale = os.path.join(lab.scratch_root(CFG), f"grade-{dead.pid}-test")
+        mine = lab.new_scratch("grade", CFG)
+        other = os.path.join(lab.scratch_root(CFG), "unowned-folder")
         for d in (stale, other):
             os.makedirs(os.path.join(d, "intake"), exist_ok=True)
         with open(os.path.join(stale, "intake", "ringdrv.c"), "w") as f:
             f.write("a student's code\n")
         try:
             self.assertTrue(os.path.basename(mine).startswith(f"grade-{os.getpid()}-"))
-            gone = lab.remove_stale_scratch()
+            gone = lab.remove_stale_scratch(CFG)
             self.assertIn(os.path.basename(stale), gone)
             self.assertFalse(os.path.exists(stale))
             self.assertTrue(os.path.isdir(mine))
@@ -599,7 +600,7 @@ class RecordedRunGradeTest(unittest.TestCase):
                                   lambda *a, **k: objcheck.Findings()), \
                 mock.patch.object(stages, "disassemble", lambda *a, **k: ""), \
                 mock.patch.object(stages, "run_tests", run_tests):
-            r = grade.grade_one(spec, src, "alice", grade.GradeOptions(seeds=[1, 2, 3], out=out))
+            r = grade.grade_one(spec, src, "alice", grade.GradeOptions(seeds=[1, 2, 3], out=out, cfg=CFG))
         with open(os.path.join(out, "alice", "results.json")) as f:
             doc = json.load(f)
         with open(os.path.join(out, "alice", "summary.txt")) as f:

@@ -24,7 +24,8 @@ import tempfile
 import unittest
 import zlib
 
-from mmiolab import BUILD, guestout, ktap, timeline
+from mmiolab import guestout, ktap, timeline
+from kitcfg import BUILD, TREE, ring
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
@@ -147,7 +148,7 @@ class WorstInputsTest(unittest.TestCase):
         recs = timeline.recordings_in(recording([b" " * (1 << 20)] * 15 + [b"x"]))
         self.assertEqual(len(recs), 1)
         self.assertEqual(len(recs[0].text), (15 << 20) + 1)
-        d = timeline.draw(recs[0].text)
+        d = timeline.draw(recs[0].text, ring=ring())
         self.assertEqual(d.svg, "")
         self.assertEqual(d.finding, None)
 
@@ -174,7 +175,7 @@ class WorstInputsTest(unittest.TestCase):
         ch = "=== mmiolab record 1 begin ===\n" + b + "\n=== mmiolab record 1 end ===\n"
         recs = timeline.recordings_in(ch)
         self.assertEqual(recs[0].problem, "")
-        self.assertTrue(timeline.draw(recs[0].text).svg)
+        self.assertTrue(timeline.draw(recs[0].text, ring=ring()).svg)
 
 
 def adversarial_outputs(rng):
@@ -217,7 +218,7 @@ class FuzzTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, out, ignore_errors=True)
         for label, channel, console in adversarial_outputs(rng):
             with self.subTest(label):
-                g = guestout.read_bounded(channel, console, NONCE, out, "fuzz",
+                g = guestout.read_bounded(channel, console, NONCE, out, "fuzz", TREE.src,
                                           timeout=60, memory=1 << 30)
                 self.assertEqual(g.problem, "")
                 race = g.parsed.expect(["race"])["race"]

@@ -11,9 +11,10 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, kernel
+from mmiolab import ROOT, kernel
 from mmiolab.handout import pack
 from mmiolab.labspec import lab_names, load_lab
+from kitcfg import BUILD, CFG, TREE
 from vmtest import need_guest, report
 
 PY = "/usr/bin/python3"
@@ -24,7 +25,7 @@ def _added_lines(spec, solution: str) -> set[str]:
     main = spec.files[0]
     with open(os.path.join(spec.dir, "starter", main)) as f:
         starter = {line.strip() for line in f}
-    with open(spec.solution_source(solution)) as f:
+    with open(spec.solution_source(solution, CFG)) as f:
         return {line.strip() for line in f
                 if len(line.strip()) > 8 and line.strip() not in starter}
 
@@ -134,8 +135,8 @@ class HandoutTest(unittest.TestCase):
     def test_same_kit_packs_to_the_same_bytes(self):
         spec = load_lab("doorbell")
         site = os.path.join(self.out, "site")
-        a = pack(spec, site, os.path.join(self.tmp.name, "a"))
-        b = pack(spec, site, os.path.join(self.tmp.name, "b"))
+        a = pack(spec, site, os.path.join(self.tmp.name, "a"), cfg=CFG)
+        b = pack(spec, site, os.path.join(self.tmp.name, "b"), cfg=CFG)
         with open(a, "rb") as fa, open(b, "rb") as fb:
             self.assertEqual(fa.read(), fb.read())
         self.assertFalse(os.path.exists(a + ".part"))
@@ -160,8 +161,8 @@ class HandoutTest(unittest.TestCase):
                               and "/scripts/" not in m], name)
             built = json.loads(files[top + "kernel/built-by.json"])
             self.assertRegex(built["kit"], r"^commit [0-9a-f]{12}")
-            self.assertEqual(built["config"], kernel.config_digest())
-            self.assertEqual(built["patches"], kernel.patches_digest())
+            self.assertEqual(built["config"], kernel.config_digest(TREE))
+            self.assertEqual(built["patches"], kernel.patches_digest(CFG.patches))
             self.assertIn(built["kit"], files[f"mmiolab-{name}/HANDOUT.md"].decode())
             # Step 1 names the compiler package of the kernel's major version.
             major = re.search(r"\) (\d+)\.", built["compiler"]).group(1)

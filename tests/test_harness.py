@@ -21,6 +21,7 @@ import unittest
 from mmiolab import ROOT, initramfs, ktap, labtest
 from mmiolab.lab import END_LINE
 from mmiolab.labspec import lab_names, load_lab
+from kitcfg import CFG
 
 LIB = os.path.join(ROOT, "vm", "harness-lib.sh")
 DASH = shutil.which("dash")
@@ -163,7 +164,7 @@ class LibraryTest(unittest.TestCase):
         with open(LIB) as f:
             text = f.read()
         self.assertIn(f'say "{END_LINE}"', text)
-        entry = initramfs.base_archive().entries[initramfs.HARNESS_LIB]
+        entry = initramfs.base_archive(CFG).entries[initramfs.HARNESS_LIB]
         self.assertEqual(entry.data, text.encode())
 
     def test_the_prebuilt_initramfs_digest_covers_the_library(self):

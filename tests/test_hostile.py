@@ -28,10 +28,11 @@ import time
 import unittest
 import zipfile
 
-from mmiolab import BUILD, ROOT, jail, kernel, labspec, sandbox
+from mmiolab import ROOT, jail, labspec, sandbox
 from mmiolab.config import Config
 from mmiolab.grade import GradeOptions, entries_for, grade_batch
 from mmiolab.lab import confinement, kernel_tree, scratch_root
+from kitcfg import BUILD, CFG, TREE
 from vmtest import report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
@@ -41,7 +42,7 @@ SOLUTION_PATCH = os.path.join(LAB, "solutions", "mmiowb.patch")
 
 
 def solution_file() -> str:
-    return labspec.load_lab("doorbell").solution_source("mmiowb")
+    return labspec.load_lab("doorbell").solution_source("mmiowb", CFG)
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -108,10 +109,13 @@ class KernelTreeTest(unittest.TestCase):
             code = (
                 "import os\n"
                 "from mmiolab import kernel, lab\n"
-                "os.makedirs(kernel.SRC)\n"
-                "os.makedirs(kernel.OBJ)\n"
-                "os.symlink(kernel.SRC, os.path.join(kernel.OBJ, 'source'))\n"
-                "import json; print(json.dumps(lab.kernel_tree()))\n")
+                "from mmiolab.config import Config\n"
+                "cfg = Config.from_env()\n"
+                "t = kernel.tree(cfg)\n"
+                "os.makedirs(t.src)\n"
+                "os.makedirs(t.obj)\n"
+                "os.symlink(t.src, os.path.join(t.obj, 'source'))\n"
+                "import json; print(json.dumps(lab.kernel_tree(cfg)))\n")
             env = {**os.environ, "MMIOLAB_BUILD": os.path.join(tmp, "build")}
             env.pop("MMIOLAB_DEBUG", None)
             res = subprocess.run(["/usr/bin/python3", "-c", code], env=env, text=True,
@@ -128,14 +132,14 @@ class SandboxTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.level, why = confinement()
+        cls.level, why = confinement(CFG)
         if not cls.level:
             raise AssertionError(f"builds cannot be confined on this machine: {why}")
-        cls.box = tempfile.mkdtemp(prefix="sandbox-test-", dir=scratch_root())
+        cls.box = tempfile.mkdtemp(prefix="sandbox-test-", dir=scratch_root(CFG))
         os.chmod(cls.box, 0o711)
         cls.rw = os.path.join(cls.box, "rw")
         os.mkdir(cls.rw)
-        sandbox.prepare(cls.rw)
+        sandbox.prepare(cls.rw, CFG)
 
     @classmethod
     def tearDownClass(cls):
@@ -143,8 +147,8 @@ class SandboxTest(unittest.TestCase):
         shutil.rmtree(cls.box, ignore_errors=True)
 
     def run_in(self, script, limits=sandbox.Limits(timeout=30)):
-        return sandbox.run(["/bin/sh", "-c", script], self.rw, kernel_tree(),
-                           os.path.join(self.box, "log"), limits)
+        return sandbox.run(["/bin/sh", "-c", script], self.rw, kernel_tree(CFG),
+                           os.path.join(self.box, "log"), limits, cfg=CFG)
 
     def test_a_private_folder_is_named(self):
         """A kit under a folder others cannot enter (a clone in /root): the probe
@@ -162,8 +166,8 @@ class SandboxTest(unittest.TestCase):
         probes = {
             "uid": "id -u",
             # (By its real path, the one the sandbox shows: build/kernel may be a link.)
-            "kernel tree readable": f"test -r {os.path.realpath(kernel.OBJ)}/Makefile && echo yes",
-            "kernel tree read-only": f"touch {os.path.realpath(kernel.OBJ)}/x 2>/dev/null "
+            "kernel tree readable": f"test -r {os.path.realpath(TREE.obj)}/Makefile && echo yes",
+            "kernel tree read-only": f"touch {os.path.realpath(TREE.obj)}/x 2>/dev/null "
                                      f"|| echo refused",
             "kit hidden": f"test -e {ROOT}/labs || echo hidden",
             "solutions hidden": f"ls {LAB}/solutions 2>/dev/null || echo hidden",
@@ -180,7 +184,7 @@ class SandboxTest(unittest.TestCase):
                           "except OSError as e:\n print(e.errno)\"",
             "no more user namespaces": "unshare -U true 2>/dev/null || echo refused",
         }
-        want = {"uid": str(sandbox.SANDBOX_UID), "kernel tree readable": "yes",
+        want = {"uid": str(CFG.sandbox_uid), "kernel tree readable": "yes",
                 "kernel tree read-only": "refused", "kit hidden": "hidden",
                 "solutions hidden": "hidden", "made solutions hidden": "hidden",
                 "host files hidden": "hidden",
@@ -209,7 +213,7 @@ class SandboxTest(unittest.TestCase):
         saved = sandbox._disable_userns
         sandbox._disable_userns = False
         try:
-            self.assertIn("--seccomp", sandbox.bwrap_args(self.rw, [], seccomp_fd=3))
+            self.assertIn("--seccomp", sandbox.bwrap_args(self.rw, [], cfg=CFG, seccomp_fd=3))
             cases = {
                 "unshare -U": ("unshare -U true 2>&1 || echo refused",
                                "unshare: unshare failed: Operation not permitted\nrefused"),
@@ -231,7 +235,7 @@ class SandboxTest(unittest.TestCase):
         res = self.run_in("touch /build/owner")
         self.assertEqual(res.status, "ok", str(res))
         st = os.stat(os.path.join(self.rw, "owner"))
-        expect = sandbox.SANDBOX_UID if os.geteuid() == 0 else os.geteuid()
+        expect = CFG.sandbox_uid if os.geteuid() == 0 else os.geteuid()
         if self.level == "jail":
             expect = Config.from_env().jail_uid                     # slot 0's
         self.assertEqual(st.st_uid, expect)
@@ -308,7 +312,7 @@ class JailTest(unittest.TestCase):
         cls.level, why = sandbox.probe(kernel_tree(cls.cfg), scratch_root(cls.cfg), cls.cfg)
         if cls.level != "jail":
             raise AssertionError(f"the jail does not work here: {why}")
-        cls.box = tempfile.mkdtemp(prefix="jail-test-", dir=scratch_root())
+        cls.box = tempfile.mkdtemp(prefix="jail-test-", dir=scratch_root(CFG))
         os.chmod(cls.box, 0o711)
         cls.secret = os.path.join(cls.box, "secret")
         with open(cls.secret, "w") as f:
@@ -391,7 +395,7 @@ class JailTest(unittest.TestCase):
         self.assertEqual(res.output.split(), ["refused", "forked"], str(res))
 
     def test_cannot_write_outside_its_folder(self):
-        obj = os.path.realpath(kernel.OBJ)
+        obj = os.path.realpath(TREE.obj)
         res = self.run_in(f"test -r {obj}/Makefile || echo no tree; "
                           f"for p in /x /usr/x /dev/x /etc/alternatives/x {obj}/x; do "
                           f"touch $p 2>/dev/null && echo wrote $p; done; "
@@ -916,10 +920,10 @@ class CorpusTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        for path in (kernel.BZIMAGE, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
+        for path in (TREE.bzimage, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
             if not os.path.exists(path):
                 raise AssertionError(f"{path} missing: run 'make kernel initramfs' first")
-        ok, why = confinement()
+        ok, why = confinement(CFG)
         if not ok:
             raise AssertionError(f"builds cannot be confined on this machine: {why}")
         cls.tmp = tempfile.mkdtemp(prefix="hostile-", dir=BUILD)
@@ -948,8 +952,8 @@ class CorpusTest(unittest.TestCase):
             os.path.join(ROOT, "labs", lab, d) for lab in labspec.lab_names()
             for d in ("solutions", "fixtures")]
         cls.before = {w: tree_state(w) for w in watched}
-        kernel_files = (os.path.join(kernel.OBJ, "Module.symvers"),
-                        os.path.join(kernel.OBJ, ".config"))
+        kernel_files = (os.path.join(TREE.obj, "Module.symvers"),
+                        os.path.join(TREE.obj, ".config"))
         cls.kernel_before = {p: os.stat(p).st_mtime_ns for p in kernel_files}
         prctl = ctypes.CDLL(None, use_errno=True).prctl
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -957,7 +961,7 @@ class CorpusTest(unittest.TestCase):
         try:
             for group in (False, True):
                 todo = [e for c, e in zip(cls.cases, cls.entries) if c.vm == group]
-                opts = GradeOptions(seeds=[1], out=cls.out)
+                opts = GradeOptions(seeds=[1], out=cls.out, cfg=CFG)
                 t0 = time.monotonic()
                 grade_batch(cls.spec, todo, opts, jobs=2, progress=lambda line: None)
                 cls.timing["guest" if group else "no guest"] = time.monotonic() - t0
@@ -1008,7 +1012,7 @@ class CorpusTest(unittest.TestCase):
     def test_reports_name_the_confinement(self):
         """Each result names the level that confined its build: the probe's (or
         none, for a submission refused before any build)."""
-        level = confinement().level
+        level = confinement(CFG).level
         seen = set()
         for c in self.cases:
             doc, summary = self.result(c.sid)
@@ -1037,7 +1041,7 @@ class CorpusTest(unittest.TestCase):
                     doc = json.loads(text)
                     doc["extra_data"]["mmiolab"].pop("diff", None)
                     text = json.dumps(doc)
-                for host in (ROOT, BUILD, self.tmp, kernel.SRC):
+                for host in (ROOT, BUILD, self.tmp, TREE.src):
                     with self.subTest(c.label, file=name, path=host):
                         self.assertNotIn(host, text)
 
@@ -1194,10 +1198,10 @@ class Integrity24Test(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        for path in (kernel.BZIMAGE, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
+        for path in (TREE.bzimage, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
             if not os.path.exists(path):
                 raise AssertionError(f"{path} missing: run 'make kernel initramfs' first")
-        ok, why = confinement()
+        ok, why = confinement(CFG)
         if not ok:
             raise AssertionError(f"builds cannot be confined on this machine: {why}")
         cls.tmp = tempfile.mkdtemp(prefix="hostile24-", dir=BUILD)
@@ -1214,7 +1218,7 @@ class Integrity24Test(unittest.TestCase):
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         t0 = time.monotonic()
         try:
-            grade_batch(spec, entries, GradeOptions(seeds=[1], out=cls.out), jobs=2,
+            grade_batch(spec, entries, GradeOptions(seeds=[1], out=cls.out, cfg=CFG), jobs=2,
                         progress=lambda line: None)
             reap()
             cls.leftover = descendants()

@@ -8,14 +8,15 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, kernel
+from mmiolab import ROOT, kernel
+from kitcfg import BUILD, CFG, TREE
 
 
 class PatchSeriesTest(unittest.TestCase):
     def test_bad_patch_is_named(self):
         with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
             patches = os.path.join(tmp, "patches")
-            shutil.copytree(kernel.PATCHES, patches)
+            shutil.copytree(CFG.patches, patches)
             bad = "9999-does-not-apply.patch"
             with open(os.path.join(patches, bad), "w") as f:
                 f.write("--- a/Makefile\n+++ b/Makefile\n@@ -1,3 +1,3 @@\n"
@@ -30,27 +31,27 @@ class PatchSeriesTest(unittest.TestCase):
             self.assertNotEqual(res.returncode, 0)
             self.assertIn(bad, res.stderr)
             self.assertIn("does not apply", res.stderr)
-            n = len(kernel.series())
+            n = len(kernel.series(CFG.patches))
             self.assertIn(f"patch {n + 1}/{n + 1}", res.stderr)
 
     def test_series_lists_every_patch(self):
-        listed = set(kernel.series())
-        on_disk = {f for f in os.listdir(kernel.PATCHES)
+        listed = set(kernel.series(CFG.patches))
+        on_disk = {f for f in os.listdir(CFG.patches)
                    if f.endswith(".patch") and not f.startswith("0000-")}
         self.assertEqual(listed, on_disk)
 
     def test_cover_letter_is_written_and_current(self):
         """The cover letter has its own subject and text (not git format-patch's
         placeholders) and its shortlog names the series' patches in order."""
-        with open(os.path.join(kernel.PATCHES, "0000-cover-letter.patch"), encoding="utf-8") as f:
+        with open(os.path.join(CFG.patches, "0000-cover-letter.patch"), encoding="utf-8") as f:
             cover = f.read()
         self.assertNotIn("*** SUBJECT HERE ***", cover)
         self.assertNotIn("*** BLURB HERE ***", cover)
-        n = len(kernel.series())
+        n = len(kernel.series(CFG.patches))
         self.assertRegex(cover, rf"Subject: \[PATCH 00/{n}\] \w")
         subjects = []
-        for name in kernel.series():
-            with open(os.path.join(kernel.PATCHES, name), encoding="utf-8") as f:
+        for name in kernel.series(CFG.patches):
+            with open(os.path.join(CFG.patches, name), encoding="utf-8") as f:
                 head = f.read().split("\n\n", 1)[0]
             subject = head.split("Subject: ", 1)[1]
             subject = re.sub(r"^\[PATCH \d+/\d+\] ", "", " ".join(subject.split()))
@@ -62,13 +63,13 @@ class PatchSeriesTest(unittest.TestCase):
         """make bisect checks that each prefix compiled the .c files its last patch
         changes; the irq_sim patches come before MMIOSIM, so vm/bisect.config must
         turn on something in the tree that selects IRQ_SIM (gpio-sim)."""
-        irq_sim = [n for n in kernel.series()
+        irq_sim = [n for n in kernel.series(CFG.patches)
                    if "kernel/irq/irq_sim.c" in kernel.changed_c_files(
-                       os.path.join(kernel.PATCHES, n))]
+                       os.path.join(CFG.patches, n))]
         self.assertGreaterEqual(len(irq_sim), 5)
         with open(kernel.BISECT_FRAGMENT) as f:
             self.assertIn("CONFIG_GPIO_SIM=y", f.read())
-        with open(os.path.join(kernel.SRC, "drivers", "gpio", "Kconfig")) as f:
+        with open(os.path.join(TREE.src, "drivers", "gpio", "Kconfig")) as f:
             kconfig = f.read()
         block = kconfig.split("config GPIO_SIM\n", 1)[1].split("\nconfig ", 1)[0]
         self.assertIn("select IRQ_SIM", block)
@@ -76,19 +77,19 @@ class PatchSeriesTest(unittest.TestCase):
     def test_checkpatch_strict(self):
         """Every patch passes the kernel's own checkpatch.pl --strict: no error,
         no warning (the few CHECKs left are explained in the cover letter)."""
-        checkpatch = os.path.join(kernel.SRC, "scripts", "checkpatch.pl")
+        checkpatch = os.path.join(TREE.src, "scripts", "checkpatch.pl")
         self.assertTrue(os.path.exists(checkpatch), "run make kernel first")
         env = {**os.environ, "PATH": "/usr/bin:/bin"}   # Debian's python3 for spdxcheck
-        for name in kernel.series():
+        for name in kernel.series(CFG.patches):
             with self.subTest(patch=name):
                 res = subprocess.run(["perl", checkpatch, "--strict",
-                                      os.path.join(kernel.PATCHES, name)],
-                                     cwd=kernel.SRC, env=env, capture_output=True, text=True,
+                                      os.path.join(CFG.patches, name)],
+                                     cwd=TREE.src, env=env, capture_output=True, text=True,
                                      timeout=120)
                 self.assertRegex(res.stdout, r"total: 0 errors, 0 warnings,", res.stdout)
 
     def test_config_fragment_survives(self):
-        config = os.path.join(kernel.OBJ, ".config")
+        config = os.path.join(TREE.obj, ".config")
         if not os.path.exists(config):
             self.fail("no kernel config: run 'make kernel'")
         kernel.check_config(config, kernel.FRAGMENT)

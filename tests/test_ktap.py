@@ -13,13 +13,14 @@ import tempfile
 import textwrap
 import unittest
 
-from mmiolab import kernel, ktap
+from mmiolab import ktap
+from kitcfg import TREE
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ktap")
 NONCE = "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38"
 NAMES = ["load_unload", "single_cpu", "race", "cost"]
 S = ktap.Status
-KERNEL = os.environ.get("MMIOLAB_KERNEL_SRC", kernel.SRC)
+KERNEL = os.environ.get("MMIOLAB_KERNEL_SRC", TREE.src)
 KUNIT = os.path.join(KERNEL, "tools", "testing", "kunit", "kunit.py")
 
 

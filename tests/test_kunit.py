@@ -6,6 +6,7 @@ import subprocess
 import unittest
 
 from mmiolab import vm
+from kitcfg import CFG, TREE
 from vmtest import DEBUG_KERNEL, DEBUG_KUNIT_KO, KUNIT_KO, KUNIT_PY, log_dir, need_guest, report
 
 KTAP_LINE = re.compile(r"^\[\s*[\d.]+\]\s?(.*)$")
@@ -35,7 +36,7 @@ class KUnitTest(unittest.TestCase):
                 self.fail(f"{path} missing: run 'make kernel kernel-debug'")
         cmd = "insmod /lib/modules/mmiosim_kunit.ko && dmesg"
         res = vm.run(cmd, files={"/lib/modules/mmiosim_kunit.ko": ko},
-                     cfg=vm.VMConfig(kernel=kernel_image, timeout=180), log_dir=log_dir(name))
+                     cfg=vm.VMConfig.from_config(CFG, kernel=kernel_image, timeout=180), log_dir=log_dir(name))
         self.assertTrue(res.ok, res.describe())
         ktap = ktap_from_dmesg(res.console, "mmiosim")
         path = os.path.join(log_dir(name), "results.ktap")
@@ -53,7 +54,7 @@ class KUnitTest(unittest.TestCase):
         return res
 
     def test_mmiosim_suite(self):
-        self.run_suite(vm.KERNEL, KUNIT_KO, "kunit")
+        self.run_suite(TREE.bzimage, KUNIT_KO, "kunit")
 
     def test_mmiosim_suite_debug_kernel(self):
         """The same suite under lockdep, KFENCE, atomic-sleep and list checks: clean,
@@ -79,7 +80,7 @@ class KUnitTest(unittest.TestCase):
             self.fail(f"{KUNIT_KO} missing: run 'make kernel'")
         cmd = "insmod /lib/modules/mmiosim_kunit.ko; dmesg"
         res = vm.run(cmd, files={"/lib/modules/mmiosim_kunit.ko": KUNIT_KO},
-                     cfg=vm.VMConfig(timeout=180, append=["mmiosim.jitter_ns=20000000"]),
+                     cfg=vm.VMConfig.from_config(CFG, timeout=180, append=["mmiosim.jitter_ns=20000000"]),
                      log_dir=log_dir("kunit-no-fabric"))
         self.assertTrue(res.ok, res.describe())
         self.assertIn("timing parameters out of range", res.console)

@@ -17,10 +17,10 @@ import subprocess
 import tempfile
 import unittest
 
-from mmiolab import BUILD, kernel
 from mmiolab.grade import GradeOptions, grade_batch
 from mmiolab.labspec import LABS_DIR, apply_patch, lab_names, load_lab
 from mmiolab.labtest import patches, run_variants, variant_source, variants
+from kitcfg import BUILD, CFG, TREE
 from vmtest import fixture_floor, need_guest, report
 
 SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "10")) + 1))
@@ -45,7 +45,7 @@ class LabClaims:
         cls.spec = load_lab(cls.LAB)
 
     def tally_all(self, names, cmds=10000):
-        tallies = run_variants(self.spec, names, SEEDS, cmds=cmds)
+        tallies = run_variants(self.spec, names, SEEDS, cmds=cmds, cfg=CFG)
         for v in names:
             for t in tallies[v].values():
                 first = f", median first failure at {t.median_first_failure}" \
@@ -67,8 +67,8 @@ class LabClaims:
                 with self.subTest(variant=v):
                     work = os.path.join(tmp, name)
                     os.makedirs(work)
-                    src = variant_source(self.spec, v, work)    # patch -F0 must apply
-                    with open(self.spec.fixture_base_source()) as a, open(src) as b:
+                    src = variant_source(self.spec, v, work, CFG)    # patch -F0 must apply
+                    with open(self.spec.fixture_base_source(CFG)) as a, open(src) as b:
                         self.assertNotEqual(a.read(), b.read())
                     folder = "fixtures" if kind == "fixture" else "correct"
                     with open(os.path.join(self.spec.dir, folder, name + ".patch")) as f:
@@ -98,7 +98,7 @@ class LabClaims:
                     dest = os.path.join(tmp, name, self.spec.files[0])
                     os.makedirs(os.path.dirname(dest))
                     apply_patch(self.spec.starter, self.spec.solution_patch(name), dest)
-                    with open(dest) as a, open(self.spec.solution_source(name)) as b:
+                    with open(dest) as a, open(self.spec.solution_source(name, CFG)) as b:
                         self.assertEqual(a.read(), b.read())
 
     def test_lab_toml_rows_and_phrases(self):
@@ -155,10 +155,10 @@ class LabClaims:
             entries = []
             for sid, variant in (("starter", "starter"), ("solution", solution)):
                 os.makedirs(os.path.join(tmp, "class", sid))
-                shutil.copy(variant_source(self.spec, variant, tmp),
+                shutil.copy(variant_source(self.spec, variant, tmp, CFG),
                             os.path.join(tmp, "class", sid, main))
                 entries.append((sid, os.path.join(tmp, "class", sid)))
-            opts = GradeOptions(seeds=[1, 2], out=os.path.join(tmp, "out"))
+            opts = GradeOptions(seeds=[1, 2], out=os.path.join(tmp, "out"), cfg=CFG)
             results = {r.submission_id: r for r in grade_batch(self.spec, entries, opts, jobs=1,
                                                                 progress=report)}
         self.assertEqual(results["solution"].score, self.spec.max_score,
@@ -173,20 +173,20 @@ class StyleTest(unittest.TestCase):
     def test_lab_drivers_pass_checkpatch_strict(self):
         """Starters, solutions and lab headers of every lab: kernel style, as
         checkpatch.pl --strict -f sees it (students start from clean code)."""
-        checkpatch = os.path.join(kernel.SRC, "scripts", "checkpatch.pl")
+        checkpatch = os.path.join(TREE.src, "scripts", "checkpatch.pl")
         self.assertTrue(os.path.exists(checkpatch), "run make kernel first")
         files = []
         for lab in lab_names():
             d = os.path.join(LABS_DIR, lab)
             files += glob.glob(os.path.join(d, "starter", "*.c"))
             spec = load_lab(lab)
-            files += [spec.solution_source(n) for n in spec.solutions]
+            files += [spec.solution_source(n, CFG) for n in spec.solutions]
             files += glob.glob(os.path.join(d, "*.h"))
         self.assertGreaterEqual(len(files), 9)
         for path in files:
             with self.subTest(file=os.path.relpath(path, LABS_DIR)):
                 res = subprocess.run(["perl", checkpatch, "--strict", "--no-tree", "-f", path],
-                                     cwd=kernel.SRC, capture_output=True, text=True,
+                                     cwd=TREE.src, capture_output=True, text=True,
                                      env={**os.environ, "PATH": "/usr/bin:/bin"}, timeout=120)
                 self.assertRegex(res.stdout, r"total: 0 errors, 0 warnings, 0 checks",
                                  res.stdout)
@@ -211,7 +211,8 @@ class LabstatsBudgetTest(unittest.TestCase):
             return lab.Run(seeds, "5f0c1a9e3b7d42c8a6e1f90b2d4c7e38", result)
         with mock.patch.object(labtest, "build_driver", return_value=SimpleNamespace(ko="x.ko")), \
                 mock.patch.object(labtest.stages, "run_guest", run_guest):
-            tally = labtest.run_variant(load_lab("doorbell"), "starter", [1, 2, 3], **kw)["race"]
+            tally = labtest.run_variant(load_lab("doorbell"), "starter", [1, 2, 3], cfg=CFG,
+                                         **kw)["race"]
         return tally, calls[0]
 
     def test_a_stopped_row_counts_what_reported(self):

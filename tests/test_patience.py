@@ -18,7 +18,8 @@ import textwrap
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, guestout, ktap, lab, speed, vm
+from mmiolab import guestout, ktap, lab, speed, vm
+from kitcfg import BUILD
 
 NONCE = "0123456789abcdef0123456789abcdef"
 MARK = f"{NONCE} {lab.PROGRESS_LINE}"

@@ -12,10 +12,11 @@ import tempfile
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, ROOT, grade, labspec, model, stages
+from mmiolab import ROOT, grade, labspec, model, stages
 from mmiolab.commands import grade as grade_command
 from mmiolab.config import Config
-from mmiolab.platforms import PLATFORMS, Platform, platform
+from mmiolab.platforms import PLATFORMS, Container, Platform, platform
+from kitcfg import BUILD
 
 PIPELINE = ("stages.py", "grade.py", "report.py", "gradebook.py", "model.py")
 
@@ -116,7 +117,8 @@ class NewPlatformTest(unittest.TestCase):
             other = Platform(name="codegrade", title="CodeGrade", root_setting="autograder",
                              student="student", results="out/grade.json",
                              write_results=write_results, problems=lambda doc: [],
-                             pack_module="mmiolab.platforms.gradescope.pack", time_limit=600)
+                             pack_module="mmiolab.platforms.gradescope.pack",
+                             container=Container(cpus=1, memory="1g", timeout=60))
             spec = labspec.load_lab("doorbell")
             opts = grade.GradeOptions(seeds=[1], out=os.path.join(tmp, "out"), cfg=cfg)
             refused = stages.Refused(verdict="intake", why="no ringdrv.c")
@@ -150,6 +152,20 @@ class NewPlatformTest(unittest.TestCase):
             grade_command.add_arguments(ap)
             grade_command.run(ap.parse_args(["--lab", "doorbell", "--gradescope"]), cfg)
         self.assertEqual(seen, [grade_command.STARTED + 900 - grade_command.JOB_RESERVE])
+
+    def test_container_limits_are_dockers_flags(self):
+        """The runner's docker options come from the registry: Gradescope's
+        defaults (half a CPU, 768 MB; its image built under them) and
+        PrairieLearn's grader-host's (0.9 CPU, 2 GiB without swap, 1024
+        processes; an image built without limits)."""
+        gs, pl = PLATFORMS["gradescope"].container, PLATFORMS["prairielearn"].container
+        self.assertEqual(gs.run_flags(), ("--cpus=0.5", "--memory=768m"))
+        self.assertEqual(gs.build_flags(), ("--cpu-period=100000", "--cpu-quota=50000",
+                                            "--memory=768m"))
+        self.assertEqual(pl.run_flags(), ("--cpus=0.9", "--memory=2g", "--memory-swap=2g",
+                                          "--pids-limit=1024"))
+        self.assertEqual(pl.build_flags(), ())
+        self.assertEqual((gs.timeout, pl.timeout), (600, 600))
 
     def test_the_platform_is_frozen(self):
         with self.assertRaises(dataclasses.FrozenInstanceError):

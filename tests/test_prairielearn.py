@@ -14,10 +14,11 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import BUILD, ROOT, labspec, model, stages
+from mmiolab import ROOT, labspec, model, stages
 from mmiolab.platforms import PLATFORMS, prairielearn
 from mmiolab.platforms.gradescope.pack import read_member
 from mmiolab.platforms.prairielearn import pack as pl_pack
+from kitcfg import BUILD, CFG
 from vmtest import need_guest, report as say
 
 MARKER = "HIDDEN-MARKER-7f3a9c"
@@ -148,7 +149,7 @@ class PackTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="prairielearn-")
         cls.spec = labspec.load_lab("doorbell")
-        cls.out = pl_pack.pack(cls.spec, cls.tmp, image="course/mmiolab-doorbell:1")
+        cls.out = pl_pack.pack(cls.spec, cls.tmp, image="course/mmiolab-doorbell:1", cfg=CFG)
         cls.files = sorted(os.path.relpath(os.path.join(d, n), cls.out)
                            for d, _, names in os.walk(cls.out) for n in names)
 
@@ -168,7 +169,7 @@ class PackTest(unittest.TestCase):
                                                         "labtest.py"))
         lines = set()
         for sol in self.spec.solutions:
-            with open(self.spec.solution_source(sol)) as f:
+            with open(self.spec.solution_source(sol, CFG)) as f:
                 lines |= {line.strip() for line in f if len(line.strip()) > 8}
         with open(os.path.join(self.spec.dir, "starter", "ringdrv.c")) as f:
             lines -= {line.strip() for line in f}
@@ -197,7 +198,7 @@ class PackTest(unittest.TestCase):
         self.assertFalse(ext["enableNetworking"])
         self.assertLessEqual(ext["timeout"], 600)
         self.assertEqual(ext["entrypoint"], pl_pack.ENTRYPOINT)
-        other = pl_pack.pack(self.spec, os.path.join(self.tmp, "again"))
+        other = pl_pack.pack(self.spec, os.path.join(self.tmp, "again"), cfg=CFG)
         with open(os.path.join(other, "question", "info.json")) as f:
             again = json.load(f)
         self.assertEqual(again["uuid"], info["uuid"])
@@ -283,7 +284,7 @@ class EndToEndTest(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="prairielearn-", dir=BUILD)
         try:
             spec = labspec.load_lab("doorbell")
-            out = pl_pack.pack(spec, os.path.join(tmp, "out"))
+            out = pl_pack.pack(spec, os.path.join(tmp, "out"), cfg=CFG)
             grade = os.path.join(tmp, "grade")
             os.makedirs(os.path.join(grade, "student"))
             shutil.copy(os.path.join(spec.dir, "starter", "ringdrv.c"),

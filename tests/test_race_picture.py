@@ -28,7 +28,8 @@ import re
 import shutil
 import unittest
 
-from mmiolab import BUILD, timeline
+from mmiolab import timeline
+from kitcfg import BUILD, ring
 
 import svgcheck
 
@@ -76,7 +77,7 @@ class RacePictureTest(unittest.TestCase):
         """name -> (path of its race.html, the Drawing)."""
         pages = {}
         for name, text in recordings().items():
-            d = timeline.draw(text, title=f"{name}: the first failing run, as traced")
+            d = timeline.draw(text, title=f"{name}: the first failing run, as traced", ring=ring())
             path = os.path.join(OUT, f"{name}.html")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(timeline.html_page(d, name))
@@ -101,7 +102,7 @@ class RacePictureTest(unittest.TestCase):
         names = recordings()
         for lab in ("doorbell", "posting", "modern"):
             self.assertIn(f"{lab}-starter", names)
-        kinds = {timeline.draw(t).finding.kind for t in names.values()}
+        kinds = {timeline.draw(t, ring=ring()).finding.kind for t in names.values()}
         self.assertLessEqual({"stale-doorbell", "late-interrupt", "early-return"}, kinds)
 
     def test_reports_lay_out_cleanly_at_every_width(self):
@@ -162,7 +163,7 @@ class RacePictureTest(unittest.TestCase):
         for trace in sorted(glob.glob(os.path.join(FIGURES, "*-trace.txt"))):
             name = os.path.basename(trace)[:-4]
             with open(trace, encoding="utf-8") as f:
-                svg = timeline.render_svg(timeline.parse(f.read()), title=name, ident=name)
+                svg = timeline.render_svg(timeline.parse(f.read(), ring=ring()), title=name, ident=name)
             path = os.path.join(OUT, f"docs-{name}.html")
             with open(path, "w", encoding="utf-8") as f:
                 f.write("<!DOCTYPE html><html><head><meta charset='utf-8'><meta name='viewport'"

@@ -10,6 +10,7 @@ import tempfile
 import unittest
 
 from mmiolab import ROOT, labspec, objcheck
+from kitcfg import CFG
 
 LABS = os.path.join(ROOT, "labs")
 
@@ -346,11 +347,11 @@ class ReviewTest(unittest.TestCase):
         changes only fix_functions, and raises no flag."""
         for lab in labspec.lab_names():
             spec = labspec.load_lab(lab)
-            base = spec.fixture_base_source()
+            base = spec.fixture_base_source(CFG)
             self.assertTrue(spec.fix_functions, lab)
             names = [f for f, _, _ in objcheck.functions(objcheck._code_only(starter(lab)))]
             self.assertLessEqual(set(spec.fix_functions), set(names), lab)
-            sources = {spec.solution_patch(n): open(spec.solution_source(n)).read()
+            sources = {spec.solution_patch(n): open(spec.solution_source(n, CFG)).read()
                        for n in spec.solutions}
             for p in sorted(glob.glob(os.path.join(spec.dir, "correct", "*.patch")) +
                             glob.glob(os.path.join(spec.dir, "fixtures", "*.patch"))):

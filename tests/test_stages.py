@@ -22,11 +22,12 @@ import time
 import unittest
 from unittest import mock
 
-from mmiolab import BUILD, ROOT, grade, gradebook, guestout, kernel, lab, labspec, model, \
+from mmiolab import ROOT, grade, gradebook, guestout, kernel, lab, labspec, model, \
     objcheck, report, stages, vm
 from mmiolab.platforms import PLATFORMS
 from mmiolab.config import Config
 from mmiolab.lab import BuildFailed, build_text
+from kitcfg import BUILD, CFG, TREE
 
 DOORBELL = os.path.join(ROOT, "labs", "doorbell")
 PROBE_END = "\tdev_info(dev, \"ring of %d descriptors, irq %d\\n\", RING_ENTRIES, irq);\n"
@@ -119,6 +120,7 @@ class PrepareTest(unittest.TestCase):
         build = build or FakeBuild()
         kw.setdefault("shown", os.path.basename(path))
         kw.setdefault("confined", True)
+        kw.setdefault("cfg", CFG)
         objdump = code if callable(code) else lambda *a, **k: code
         with mock.patch.object(stages, "build_driver", build), \
                 mock.patch.object(stages, "disassemble", objdump):
@@ -246,22 +248,22 @@ class PrepareTest(unittest.TestCase):
     def test_build_text_names_the_source_as_the_student_did(self):
         log = ("  CC [M]  ringdrv.o\nIn file included from ringdrv.c:2:\n"
                "ringdrv.c:3:1: error: x\nmy_ringdrv.c:1: not this one\n")
-        self.assertEqual(build_text(log, "", "ringdrv.c", "alice.c"),
+        self.assertEqual(build_text(log, "", "ringdrv.c", "alice.c", cfg=CFG),
                          "  CC [M]  ringdrv.o\nIn file included from alice.c:2:\n"
                          "alice.c:3:1: error: x\nmy_ringdrv.c:1: not this one\n")
-        self.assertEqual(build_text(log, "", "ringdrv.c", ""), log)
+        self.assertEqual(build_text(log, "", "ringdrv.c", "", cfg=CFG), log)
 
 
 class RealBuildTest(unittest.TestCase):
     def test_doorbell_starter_is_ready(self):
-        if not os.path.exists(os.path.join(kernel.OBJ, "Module.symvers")):
-            raise AssertionError(f"{kernel.OBJ} has no built kernel: run 'make kernel' first")
-        confined, why = lab.confinement()
+        if not os.path.exists(os.path.join(TREE.obj, "Module.symvers")):
+            raise AssertionError(f"{TREE.obj} has no built kernel: run 'make kernel' first")
+        confined, why = lab.confinement(CFG)
         spec = labspec.load_lab("doorbell")
         tmp = tempfile.mkdtemp(prefix="stages-", dir=BUILD)
         self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
         r = stages.prepare(spec, os.path.join(DOORBELL, "starter", "ringdrv.c"), tmp,
-                           shown="ringdrv.c", confined=confined, out_dir=tmp)
+                           shown="ringdrv.c", confined=confined, out_dir=tmp, cfg=CFG)
         self.assertIsInstance(r, stages.Prepared, getattr(r, "why", ""))
         self.assertEqual(r.confined, confined, why)
         self.assertEqual(r.warnings, [])
@@ -341,7 +343,8 @@ class StageCase(unittest.TestCase):
                   **kw) -> stages.Ran:
         with mock.patch.object(stages, "run_tests", guest), \
                 mock.patch.object(stages.speed, "slowdown", return_value=slowdown):
-            return stages.run(self.spec, ready or self.prepared(), list(seeds), self.out, **kw)
+            return stages.run(self.spec, ready or self.prepared(), list(seeds), self.out,
+                              **{"cfg": CFG, **kw})
 
     def ran(self, **guest) -> stages.Ran:
         """The run stage's result with its guests faked, read in this process
@@ -423,7 +426,7 @@ class RunStageTest(StageCase):
         guest = FakeGuest()
         with mock.patch.object(stages, "run_tests", guest):
             stages.run_guest(self.spec, "x.ko", [5], self.out, hidden=True, timeout=9,
-                             console_cap=1000)
+                             console_cap=1000, cfg=CFG)
         call, = guest.calls
         self.assertEqual((call["timeout"], call["console_cap"], call["harness"]),
                          (9, 1000, self.spec.hidden_harness))
@@ -740,7 +743,7 @@ class PipelineTest(StageCase):
             f.write(text)
         self.guest, self.build = guest or FakeGuest(), build or FakeBuild()
         opts = grade.GradeOptions(seeds=[1, 2, 3], out=self.out,
-                                  **({"cfg": cfg} if cfg else {}))
+                                  cfg=cfg or CFG)
         with mock.patch.object(stages, "build_driver", self.build), \
                 mock.patch.object(stages, "disassemble", lambda *a, **k: CLEAN_CODE), \
                 mock.patch.object(stages, "run_tests", self.guest):

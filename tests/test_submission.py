@@ -20,8 +20,10 @@ import unittest
 import zipfile
 from unittest import mock
 
-from mmiolab import BUILD, labspec, roster, sandbox
+from mmiolab import labspec, roster, sandbox
 from mmiolab import submission as sub
+from mmiolab.config import Config
+from kitcfg import CFG
 
 SRC = b"// SPDX-License-Identifier: GPL-2.0\n#include <linux/module.h>\nMODULE_LICENSE(\"GPL\");\n"
 ALLOWED = ["ringdrv.c"]
@@ -588,7 +590,7 @@ class LabSpecTest(unittest.TestCase):
         doorbell = labspec.load_lab("doorbell")
         for name in names:
             spec = labspec.load_lab(name)
-            self.assertTrue(os.path.isfile(spec.fixture_base_source()), name)
+            self.assertTrue(os.path.isfile(spec.fixture_base_source(CFG)), name)
             self.assertTrue(spec.per_seed_tests, name)
             self.assertEqual(spec.max_score, 100, name)
             if name != "doorbell":
@@ -596,7 +598,7 @@ class LabSpecTest(unittest.TestCase):
                 self.assertIn("mmiosim_flush", spec.forbidden_symbols(["mmiosim_flush"]))
         modern = labspec.load_lab("modern")
         self.assertEqual(modern.fixture_base, "solution:ref")
-        self.assertEqual(modern.fixture_base_source(), modern.solution_source("ref"))
+        self.assertEqual(modern.fixture_base_source(CFG), modern.solution_source("ref", CFG))
 
     def test_solution_source_is_the_starter_patched_under_build(self):
         """A solution is its patch applied to the starter, in build/ (not in the
@@ -615,28 +617,28 @@ class LabSpecTest(unittest.TestCase):
             with open(patch, "w") as f:
                 f.write("Solution (fix): b is long.\n\n--- a/demo.c\n+++ b/demo.c\n"
                         "@@ -1,3 +1,3 @@\n int a;\n-int b;\n+long b;\n int c;\n")
-            with mock.patch.dict(os.environ, {"MMIOLAB_BUILD": out}):
-                spec = labspec.load(os.path.join(lab, "lab.toml"))
-                self.assertEqual(spec.solutions, ("fix",))
-                path = spec.solution_source("fix")
-                self.assertTrue(path.startswith(os.path.join(out, "labs", "demo") + os.sep))
-                self.assertEqual(os.path.basename(path), "demo.c")
-                with open(path) as f:
-                    self.assertEqual(f.read(), "int a;\nlong b;\nint c;\n")
-                self.assertEqual(spec.solution_source("fix"), path)
-                self.assertEqual(sorted(os.listdir(os.path.join(lab, "solutions"))),
-                                 ["fix.patch"])
-                with open(starter, "w") as f:           # the starter changed under it
-                    f.write("int a;\nint b = 1;\nint c;\n")
-                with self.assertRaises(labspec.LabSpecError) as cm:
-                    spec.solution_source("fix")
-                self.assertIn(f"{patch} does not apply to {starter} without fuzz",
-                              str(cm.exception))
-                with self.assertRaises(labspec.LabSpecError) as cm:
-                    spec.solution_source("nope")
-                self.assertIn("no solution 'nope'", str(cm.exception))
-                self.assertEqual(os.listdir(os.path.join(out, "labs", "demo", "solutions")),
-                                 [os.path.basename(os.path.dirname(path))])
+            cfg = Config(build=out)
+            spec = labspec.load(os.path.join(lab, "lab.toml"))
+            self.assertEqual(spec.solutions, ("fix",))
+            path = spec.solution_source("fix", cfg)
+            self.assertTrue(path.startswith(os.path.join(out, "labs", "demo") + os.sep))
+            self.assertEqual(os.path.basename(path), "demo.c")
+            with open(path) as f:
+                self.assertEqual(f.read(), "int a;\nlong b;\nint c;\n")
+            self.assertEqual(spec.solution_source("fix", cfg), path)
+            self.assertEqual(sorted(os.listdir(os.path.join(lab, "solutions"))),
+                             ["fix.patch"])
+            with open(starter, "w") as f:           # the starter changed under it
+                f.write("int a;\nint b = 1;\nint c;\n")
+            with self.assertRaises(labspec.LabSpecError) as cm:
+                spec.solution_source("fix", cfg)
+            self.assertIn(f"{patch} does not apply to {starter} without fuzz",
+                          str(cm.exception))
+            with self.assertRaises(labspec.LabSpecError) as cm:
+                spec.solution_source("nope", cfg)
+            self.assertIn("no solution 'nope'", str(cm.exception))
+            self.assertEqual(os.listdir(os.path.join(out, "labs", "demo", "solutions")),
+                             [os.path.basename(os.path.dirname(path))])
 
     def test_undefined_symbols_from_nm(self):
         nm = "                 U _printk\n                 U filp_open\n0000 T init_module\n" \
@@ -662,7 +664,7 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual([(r.variant, r.append) for r in spec.labstats],
                          [("starter", ["mmiosim.profile=qemu"]),
                           ("solution:ref", ["mmiosim.locking=2004", "mmiosim.jitter_ns=0"])])
-        self.assertEqual(spec.out, os.path.join(BUILD, "labs", "demo"))
+        self.assertEqual(spec.out(Config(build="/b")), os.path.join("/b", "labs", "demo"))
         self.assertTrue(spec.test("race").per_seed)
         race = spec.test("race")
         self.assertEqual((race.credit_by, [(c.value, c.share) for c in race.credit]),

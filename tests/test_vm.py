@@ -12,6 +12,7 @@ import time
 import unittest
 
 from mmiolab import ROOT, vm
+from kitcfg import CFG, TREE
 from vmtest import log_dir, need_guest, report
 
 
@@ -21,7 +22,7 @@ class VMTest(unittest.TestCase):
 
     def test_command_output_and_status(self):
         res = vm.run("echo hello from the guest; nproc; exit 7",
-                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-command"))
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60), log_dir=log_dir("vm-command"))
         self.assertEqual(res.status, "exited", res.describe())
         self.assertEqual(res.exit_code, 7)
         self.assertIn("hello from the guest", res.console)
@@ -32,7 +33,7 @@ class VMTest(unittest.TestCase):
     def test_panic_is_reported_quickly(self):
         t0 = time.monotonic()
         res = vm.run("echo c > /proc/sysrq-trigger; sleep 100",
-                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-panic"))
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60), log_dir=log_dir("vm-panic"))
         self.assertEqual(res.status, "panic", res.describe())
         self.assertLess(time.monotonic() - t0, 20, "a panic must not wait for the timeout")
         self.assertIn("Kernel panic", res.console)
@@ -40,19 +41,19 @@ class VMTest(unittest.TestCase):
     def test_oops_is_a_panic(self):
         # A NULL dereference from a kernel thread: oops=panic makes it fatal.
         res = vm.run("echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger",
-                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-oops"))
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60), log_dir=log_dir("vm-oops"))
         self.assertEqual(res.status, "panic", res.describe())
 
     def test_hang_is_killed_at_timeout(self):
         t0 = time.monotonic()
-        res = vm.run("sleep 1000", cfg=vm.VMConfig(timeout=8), log_dir=log_dir("vm-hang"))
+        res = vm.run("sleep 1000", cfg=vm.VMConfig.from_config(CFG, timeout=8), log_dir=log_dir("vm-hang"))
         self.assertEqual(res.status, "hang", res.describe())
         self.assertGreaterEqual(time.monotonic() - t0, 8)
         self.assertLess(time.monotonic() - t0, 20)
 
     def test_console_flood_is_capped(self):
         res = vm.run("while true; do echo flooding the console; done",
-                     cfg=vm.VMConfig(timeout=60, console_cap=64 << 10),
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60, console_cap=64 << 10),
                      log_dir=log_dir("vm-flood"))
         self.assertEqual(res.status, "flood", res.describe())
         self.assertLessEqual(len(res.console.encode()), 64 << 10)
@@ -62,14 +63,14 @@ class VMTest(unittest.TestCase):
         (which a driver can reach: isa-debug-exit, reboot, power-off)."""
         marker = "0123456789abcdef # mmiolab harness: end"
         res = vm.run(f"echo '{marker}' > /dev/ttyS1; sleep 100",
-                     cfg=vm.VMConfig(timeout=60, done_marker=marker),
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60, done_marker=marker),
                      log_dir=log_dir("vm-done"))
         self.assertEqual((res.status, res.exit_code), ("exited", 0), res.describe())
         self.assertLess(res.seconds, 30, "the host stops the guest once the harness is done")
         # The guest reports status 0 through isa-debug-exit, but no end line came.
         for cmd in ("echo '0123456789abcdef # mmiolab harness: endX' > /dev/ttyS1; exit 0",
                     "exit-qemu 0", "echo b > /proc/sysrq-trigger"):
-            res = vm.run(cmd, cfg=vm.VMConfig(timeout=60, done_marker=marker),
+            res = vm.run(cmd, cfg=vm.VMConfig.from_config(CFG, timeout=60, done_marker=marker),
                          log_dir=log_dir("vm-done"))
             self.assertEqual(res.status, "unfinished", (cmd, res.describe()))
 
@@ -82,12 +83,12 @@ class VMTest(unittest.TestCase):
         for name in labspec.lab_names():
             words += fabric_append(labspec.load_lab(name))
         self.assertFalse({"nokaslr", "kaslr=off"} & set(words), words)
-        with open(os.path.join(kernel.OBJ, ".config")) as f:
+        with open(os.path.join(TREE.obj, ".config")) as f:
             if "CONFIG_RANDOMIZE_BASE=y" not in f.read():
                 self.skipTest("the lab kernel is built without KASLR (CONFIG_RANDOMIZE_BASE)")
         seen = set()
         for _ in range(3):       # two boots may land on one offset (1 in a few hundred)
-            res = vm.run("grep ' _stext$' /proc/kallsyms", cfg=vm.VMConfig(timeout=60),
+            res = vm.run("grep ' _stext$' /proc/kallsyms", cfg=vm.VMConfig.from_config(CFG, timeout=60),
                          log_dir=log_dir("vm-kaslr"))
             self.assertTrue(res.ok, res.describe())
             seen |= set(re.findall(r"(?m)^([0-9a-f]{16}) T _stext", res.console))
@@ -95,7 +96,7 @@ class VMTest(unittest.TestCase):
 
     def test_harness_channel_is_separate(self):
         res = vm.run("echo on-the-channel > /dev/ttyS1; echo on-the-console",
-                     cfg=vm.VMConfig(timeout=60), log_dir=log_dir("vm-channel"))
+                     cfg=vm.VMConfig.from_config(CFG, timeout=60), log_dir=log_dir("vm-channel"))
         self.assertTrue(res.ok, res.describe())
         self.assertIn("on-the-channel", res.channel)
         self.assertNotIn("on-the-console", res.channel)

@@ -4,19 +4,19 @@ import os
 import sys
 import unittest
 
-from mmiolab import BUILD, kernel, vm
-from mmiolab.initramfs import BASE
+from mmiolab import initramfs, kernel
+from kitcfg import BUILD, CFG, TREE
 
-KUNIT_KO = os.path.join(kernel.OBJ, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
-DEBUG_TREE = kernel.tree(debug=True)
+KUNIT_KO = os.path.join(TREE.obj, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
+DEBUG_TREE = kernel.tree(CFG, debug=True)
 DEBUG_KERNEL = DEBUG_TREE.bzimage
 DEBUG_KUNIT_KO = os.path.join(DEBUG_TREE.obj, "drivers", "misc", "mmiosim", "mmiosim_kunit.ko")
-KUNIT_PY = os.path.join(kernel.SRC, "tools", "testing", "kunit", "kunit.py")
+KUNIT_PY = os.path.join(TREE.src, "tools", "testing", "kunit", "kunit.py")
 
 
 def need_guest(test: unittest.TestCase) -> None:
     """Fail (not skip) when the kernel or initramfs is missing: make check builds them."""
-    for path in (vm.KERNEL, BASE):
+    for path in (TREE.bzimage, initramfs.base(CFG)):
         if not os.path.exists(path):
             test.fail(f"{path} missing: run 'make kernel initramfs' first")
 

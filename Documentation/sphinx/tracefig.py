@@ -31,7 +31,9 @@ from docutils.parsers.rst import Directive, directives
 # (standard library only), which the student's and the grader's pictures use too.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "scripts"))
+from mmiolab import kernel  # noqa: E402
 from mmiolab import timeline as mmiosim_trace  # noqa: E402
+from mmiolab.config import Config  # noqa: E402
 
 __version__ = "1.0"
 
@@ -59,7 +61,11 @@ class TimelineDirective(Directive):
         except OSError as e:
             raise self.error(f"mmiosim-timeline: cannot read {self.arguments[0]}: {e}")
         try:
-            trace = mmiosim_trace.parse(text)
+            # The card's register names: the lab kernel's header, in the
+            # kernel tree the environment names (MMIOLAB_BUILD), as the kit's
+            # command would find it (this extension is an entry point too).
+            ring = mmiosim_trace.ring(kernel.tree(Config.from_env()).src)
+            trace = mmiosim_trace.parse(text, ring=ring)
             n = env.new_serialno("mmiosim-timeline")
             ident = f"mmiosim-tl-{env.docname.replace('/', '-')}-{n}"
             svg = mmiosim_trace.render_svg(

@@ -2,9 +2,10 @@
 
 python3 -m mmiolab builds a Config from the environment and its arguments
 (Config.from_env(os.environ, smp=4)) and passes it down: kernel.tree(cfg),
-vm.VMConfig.from_config(cfg), GradeOptions(cfg=cfg), ... No module reads the
-environment when it is imported; a library call given no Config builds one
-from the environment then (Config.from_env()).
+vm.VMConfig.from_config(cfg), GradeOptions(cfg=cfg), ... Only the entry
+points read the environment (python3 -m mmiolab, scripts/cleanroot, the
+tests' kitcfg.py): every library function that needs a setting takes the
+Config, with no default that would read the environment behind its caller.
 
 Every MMIOLAB_* variable the tools read is in ENV below, with its meaning.
 """

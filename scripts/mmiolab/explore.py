@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import ROOT, MmiolabError, initramfs, stages, timeline, vm
+from . import ROOT, MmiolabError, initramfs, kernel, stages, timeline, vm
 from .config import Config
 from .lab import confinement, guest_programs, scratch_root
 from .labspec import LabSpec, boot_words
@@ -39,11 +39,11 @@ class ExploreError(MmiolabError):
     """Something the student must fix first; the message says what."""
 
 
-def out_dir(spec: LabSpec, cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "explore", spec.name)
+def out_dir(spec: LabSpec, cfg: Config) -> str:
+    return os.path.join(cfg.build, "explore", spec.name)
 
 
-def runs_dir(spec: LabSpec, cfg: Config | None = None) -> str:
+def runs_dir(spec: LabSpec, cfg: Config) -> str:
     return os.path.join(out_dir(spec, cfg), "runs")
 
 
@@ -81,13 +81,12 @@ class Built:
     confined: bool = True
 
 
-def build(spec: LabSpec, source: str, shown: str, cfg: Config | None = None) -> Built:
+def build(spec: LabSpec, source: str, shown: str, cfg: Config) -> Built:
     """Intake, build and check one driver source as the grader does (stages.prepare);
     ExploreError with the grader's words (and the whole build log, as the compiler
     and modpost printed it) when it would not be run."""
     if not os.path.exists(source):
         raise ExploreError(f"{shown}: no such file")
-    cfg = cfg or Config.from_env()
     confined, why = confinement(cfg)
     work = tempfile.mkdtemp(prefix="explore-", dir=scratch_root(cfg))
     try:
@@ -191,7 +190,7 @@ PROFILE = initramfs.PROFILE.replace("PATH=/bin:/sbin:/usr/bin", "PATH=/bin:/sbin
 
 
 def guest_files(spec: LabSpec, built: Built, cpus: int,
-                words: list[str], cfg: Config | None = None) -> dict[str, str | bytes]:
+                words: list[str], cfg: Config) -> dict[str, str | bytes]:
     progs = guest_programs(spec, cfg)
     files: dict[str, str | bytes] = {f"/job/{spec.module}.ko": built.ko}
     for name, path in progs.items():
@@ -208,7 +207,7 @@ def guest_files(spec: LabSpec, built: Built, cpus: int,
 # --- sessions and recordings --------------------------------------------------
 
 
-def new_session(spec: LabSpec, cfg: Config | None = None) -> str:
+def new_session(spec: LabSpec, cfg: Config) -> str:
     """A fresh session folder; only the newest KEEP_SESSIONS are kept."""
     base = runs_dir(spec, cfg)
     os.makedirs(base, exist_ok=True)
@@ -250,7 +249,7 @@ def save_recordings(session: str) -> list[str]:
     return paths
 
 
-def sessions(spec: LabSpec, cfg: Config | None = None) -> list[str]:
+def sessions(spec: LabSpec, cfg: Config) -> list[str]:
     """Session folders, newest first."""
     base = runs_dir(spec, cfg)
     if not os.path.isdir(base):
@@ -270,9 +269,8 @@ def shown_path(path: str) -> str:
 
 def labvm(spec: LabSpec, source: str, shown: str, fabric: str = "", smp: int = 0,
           accel: str = "", say: Callable[[str], object] = print,
-          cfg: Config | None = None) -> int:
+          *, cfg: Config) -> int:
     """Build, check, boot; after the VM exits, say what was recorded."""
-    cfg = cfg or Config.from_env()
     words = fabric_words(spec, fabric)
     built = build(spec, source, shown, cfg)
     say(f"mmiolab: {spec.name}: built {spec.module}.ko from {shown} with the grader's Kbuild"
@@ -308,7 +306,7 @@ class Drawn:
 
 
 def find_recording(spec: LabSpec | None, rec: int = 0, path: str = "",
-                   cfg: Config | None = None) -> tuple[str, str]:
+                   *, cfg: Config) -> tuple[str, str]:
     """(trace text, its file) of the recording to draw: `path` (a trace, or a
     session's channel.log), else recording `rec` (default: the last) of the
     newest session of the lab that has one."""
@@ -347,14 +345,14 @@ def _pick(session: str, rec: int) -> tuple[str, str]:
     return pick.text, path
 
 
-def draw_file(text: str, path: str, title: str = "") -> Drawn:
+def draw_file(text: str, path: str, title: str = "", *, cfg: Config) -> Drawn:
     """Draw a recorded trace next to it: .svg, .html (picture, finding, excerpt)
-    and .excerpt.txt."""
+    and .excerpt.txt (the card's register names from cfg's kernel tree)."""
     if not title:
-        lab, driver, cmd = (_head(text, k) for k in ("lab", "driver", "command"))
+        lab, driver, cmd = (header_value(text, k) for k in ("lab", "driver", "command"))
         title = (f"{lab} lab, {driver}: " if lab and driver else "") + \
             (f"record {cmd}" if cmd else os.path.basename(path))
-    d = timeline.draw(text, title=title, ident="tl")
+    d = timeline.draw(text, title=title, ident="tl", ring=timeline.ring(kernel.tree(cfg).src))
     stem = path[:-4] if path.endswith(".txt") else path
     out = Drawn(path, stem + ".svg", stem + ".html", stem + ".excerpt.txt", d)
     if d.svg:
@@ -367,6 +365,7 @@ def draw_file(text: str, path: str, title: str = "") -> Drawn:
     return out
 
 
-def _head(text: str, key: str) -> str:
+def header_value(text: str, key: str) -> str:
+    """The value of a recorded trace's "# key: value" header line ('' if none)."""
     m = re.search(rf"(?m)^# {key}: (.*)$", text[:65536])
     return m.group(1).strip() if m else ""

@@ -45,10 +45,10 @@ class GradeOptions:
     # The build's confinement level (sandbox.LEVELS), True for the one that
     # works here, False only when the instructor allowed none.
     confined: bool | str = True
-    cfg: Config = field(default_factory=Config.from_env)
+    cfg: Config = field(kw_only=True)      # the command's (Config.from_env in __main__)
     # time.monotonic() by which a grading must be done (a platform's time
     # limit, less what the job needs around it); None: the lab's limits only.
-    deadline: float | None = None
+    deadline: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         self.out = self.out or os.path.join(self.cfg.build, "grades")
@@ -61,7 +61,7 @@ KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/g
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 
-def kit_version(spec: LabSpec, cfg: Config | None = None) -> str:
+def kit_version(spec: LabSpec, cfg: Config) -> str:
     """A digest of everything but the submission that a grade depends on."""
     h = hashlib.sha256()
     paths = [p for pat in KIT_FILES for p in glob.glob(os.path.join(ROOT, pat))]

@@ -581,7 +581,7 @@ def measure(spec: LabSpec, solution: str, out: str, cfg: Config,
                 (vm, "_ConsoleReader", Reader), (stages, "run_guest", run_guest),
                 (sandbox, "run", sandbox_run)]
     opts = grade.GradeOptions(seeds=list(spec.default_seeds), out=out, cfg=cfg)
-    path = spec.solution_source(solution)
+    path = spec.solution_source(solution, cfg)
     with _patched(patches), subreaper():
         t0 = ledger.last = _now()
         result = grade.grade_one(spec, path, f"solution-{solution}", opts)

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from .report import _clean_text, load_results_json
-from .model import GradeResult, ReportError, _num, atomic_write
+from .report import load_results_json
+from .model import GradeResult, ReportError, atomic_write, clean_text, shown_number
 
 
 FIXED_COLUMNS = ["student", "lab", "score", "max_score", "verdict"]
@@ -34,7 +34,7 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 def _cell(text: str) -> str:
     """Keep spreadsheets from running a student-chosen id as a formula."""
-    text = _clean_text(text).replace("\n", " ")
+    text = clean_text(text).replace("\n", " ")
     return "'" + text if text.startswith(_FORMULA) else text
 
 
@@ -53,7 +53,7 @@ def gradebook_row(result: GradeResult, results_path: str = "",
         console = os.path.join(os.path.dirname(os.path.abspath(results_path)), console)
     row = {
         "student": _cell(result.submission_id), "lab": _cell(result.lab),
-        "score": _num(result.score), "max_score": _num(result.max_score),
+        "score": shown_number(result.score), "max_score": shown_number(result.max_score),
         "verdict": _cell(result.verdict),
         "failed_tests": _cell(" ".join(f"{t.name}({t.status})" for t in result.failed)),
         "first_failing_seed": "" if r.first_failing_seed is None else str(r.first_failing_seed),
@@ -68,7 +68,7 @@ def gradebook_row(result: GradeResult, results_path: str = "",
         "kit": _cell(str(result.key.get("kit", ""))), "submission": _cell(source),
     }
     for t in result.tests:
-        row[TEST_PREFIX + t.name] = _num(t.score)
+        row[TEST_PREFIX + t.name] = shown_number(t.score)
     return row
 
 

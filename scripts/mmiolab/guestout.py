@@ -55,15 +55,16 @@ def harness_info(trusted: list[str]) -> str:
     return ""
 
 
-def race_picture(channel: str, out_dir: str, title: str) -> Picture | None:
+def race_picture(channel: str, out_dir: str, title: str, kernel_src: str) -> Picture | None:
     """The timeline of the first failing run the harness sent (vm/record,
     RECORD_SEND=fail): race.svg and race.html in out_dir, and what it shows.
     The trace comes from the guest, like the student's module: it draws a
-    picture and never decides a verdict."""
+    picture and never decides a verdict. kernel_src: the lab kernel's source
+    tree, whose mmiosim_ring.h names the card's registers."""
     recs = [r for r in timeline.recordings_in(channel) if r.text]
     if not recs:
         return None
-    d = timeline.draw(recs[0].text, title=title)
+    d = timeline.draw(recs[0].text, title=title, ring=timeline.ring(kernel_src))
     if not d.svg:
         return None
     model.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)
@@ -88,8 +89,9 @@ def without_heartbeats(channel: str, nonce: str) -> str:
 
 
 def read(channel: str, console: str, nonce: str, picture_dir: str = "",
-         title: str = "") -> GuestOutput:
-    """Parse one run's output in this process (see read_bounded)."""
+         title: str = "", kernel_src: str = "") -> GuestOutput:
+    """Parse one run's output in this process (see read_bounded); with
+    picture_dir, the race picture too (race_picture: title, kernel_src)."""
     channel = without_heartbeats(channel, nonce)
     parsed = ktap.parse(channel, nonce=nonce)
     trusted, _, _ = ktap.trusted_lines(channel, nonce)
@@ -97,12 +99,13 @@ def read(channel: str, console: str, nonce: str, picture_dir: str = "",
     out = GuestOutput(parsed, events, ktap.console_excerpt(console, events),
                       harness_info(trusted))
     if picture_dir:
-        out.picture = race_picture(channel, picture_dir, title)
+        out.picture = race_picture(channel, picture_dir, title, kernel_src)
     return out
 
 
 def _child(req: dict[str, Any]) -> dict[str, Any]:
-    g = read(req["channel"], req["console"], req["nonce"], req["picture_dir"], req["title"])
+    g = read(req["channel"], req["console"], req["nonce"], req["picture_dir"], req["title"],
+             req["kernel_src"])
     return {"parsed": g.parsed.to_dict(), "events": [[e.kind, e.line_no, e.text] for e in g.events],
             "excerpt": g.excerpt, "info": g.info,
             "picture": [g.picture.text, g.picture.html] if g.picture else None}
@@ -117,12 +120,12 @@ def unread(problem: str) -> GuestOutput:
 
 
 def read_bounded(channel: str, console: str, nonce: str, picture_dir: str = "",
-                 title: str = "", timeout: float = READ_TIMEOUT,
+                 title: str = "", kernel_src: str = "", timeout: float = READ_TIMEOUT,
                  memory: int = READ_MEMORY) -> GuestOutput:
     """read() in a child with `timeout` seconds and `memory` bytes. If the child
     is stopped, the output is unread(): a graded failure that says why."""
     req = {"channel": channel, "console": console, "nonce": nonce,
-           "picture_dir": picture_dir, "title": title}
+           "picture_dir": picture_dir, "title": title, "kernel_src": kernel_src}
     try:
         d = bounded.call("guestout:_child", req, timeout, memory)
         pic = d["picture"]

@@ -110,7 +110,7 @@ def _kit_commit(root: str) -> str:
                                              if dirty else "")
 
 
-def prebuilt(root: str = ROOT, cfg: Config | None = None) -> Prebuilt:
+def prebuilt(root: str = ROOT, *, cfg: Config) -> Prebuilt:
     """The built lab kernel and initramfs, as a handout carries them."""
     from . import initramfs, kernel
     t = kernel.tree(cfg)
@@ -217,7 +217,7 @@ def members(spec: LabSpec, files: list[str]) -> list[str]:
     return keep
 
 
-def build_site(out: str, cfg: Config | None = None) -> str:
+def build_site(out: str, cfg: Config) -> str:
     """The student edition of the HTML docs, in `out` (Sphinx -W: a warning fails)."""
     from . import kernel   # the docs take kernel-doc comments from the lab kernel tree
     kernel.build(t=kernel.tree(cfg))
@@ -277,9 +277,9 @@ def member_file(root: str, path: str, carrier: str, forbidden: tuple[str, ...]) 
 
 
 def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
-         built: Prebuilt | None = None) -> str:
+         built: Prebuilt | None = None, *, cfg: Config) -> str:
     """Write out_dir/mmiolab-LAB.tar.gz (atomically) and return its path."""
-    built = built or prebuilt(root)
+    built = built or prebuilt(root, cfg=cfg)
     top = f"mmiolab-{spec.name}"
     entries: list[tuple[str, str]] = []     # (name in the tarball, file on disk)
     for path in members(spec, kit_files(root)):
@@ -325,5 +325,5 @@ def pack(spec: LabSpec, site: str, out_dir: str, root: str = ROOT,
     return final
 
 
-def default_out(cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "handout")
+def default_out(cfg: Config) -> str:
+    return os.path.join(cfg.build, "handout")

@@ -45,21 +45,14 @@ alias poweroff='poweroff -f' reboot='reboot -f' halt='halt -f'
 """
 
 
-def out_dir(cfg: Config | None = None) -> str:
+def out_dir(cfg: Config) -> str:
     """build/initramfs: the base archive and the guest helpers built."""
-    return os.path.join((cfg or Config.from_env()).build, "initramfs")
+    return os.path.join(cfg.build, "initramfs")
 
 
-def base(cfg: Config | None = None) -> str:
+def base(cfg: Config) -> str:
     """The base archive every guest boots (a handout's prebuilt one where there is one)."""
     return os.path.join(PREBUILT if USE_PREBUILT else out_dir(cfg), "base.cpio.gz")
-
-
-def __getattr__(name: str) -> str:
-    # OUT_DIR and BASE, from the environment when asked (tests): out_dir(), base().
-    if name in ("OUT_DIR", "BASE"):
-        return out_dir() if name == "OUT_DIR" else base()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class InitramfsError(MmiolabError):
@@ -134,7 +127,7 @@ def _write_member(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes,
     out.write(b"\0" * (-out.tell() % 4))
 
 
-def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
+def compile_static(src: str, out: str, obj: str, flags: list[str] | None = None) -> None:
     """Compile one guest program as a static binary (guest programs are C).
     Built beside out and renamed over it: two graders packing it at once
     (scripts/grade -j2 after an edit) never see a half-written binary."""
@@ -142,7 +135,7 @@ def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
     # The compiler module builds use: where grading needs only that one
     # (scripts/deps grade installs gcc-N, not gcc), it is the one there is.
     from .kernel import module_compiler
-    cmd = [module_compiler().cc, "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o",
+    cmd = [module_compiler(obj).cc, "-static", "-O2", "-Wall", "-Werror", *(flags or []), "-o",
            tmp, src]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -154,10 +147,11 @@ def compile_static(src: str, out: str, flags: list[str] | None = None) -> None:
             os.unlink(tmp)
 
 
-def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,
+def compile_programs(src_dir: str, bindir: str, obj: str, flags: list[str] | None = None,
                      headers: list[str] | None = None) -> dict[str, str]:
     """Compile every src_dir/*.c to a static bindir/NAME when it is out of date
-    against its source or any of headers; returns {name: path}."""
+    against its source or any of headers, with the compiler of the kernel
+    built in obj; returns {name: path}."""
     os.makedirs(bindir, exist_ok=True)
     built = {}
     for name in sorted(os.listdir(src_dir)):
@@ -167,17 +161,18 @@ def compile_programs(src_dir: str, bindir: str, flags: list[str] | None = None,
         out = os.path.join(bindir, name[:-2])
         newest = max(os.path.getmtime(p) for p in [src] + list(headers or []))
         if not os.path.exists(out) or os.path.getmtime(out) < newest:
-            compile_static(src, out, flags)
+            compile_static(src, out, obj, flags)
         built[name[:-2]] = out
     return built
 
 
-def guest_helpers(cfg: Config | None = None) -> dict[str, str]:
+def guest_helpers(cfg: Config) -> dict[str, str]:
     """Compile vm/guest/*.c to build/initramfs/bin/; returns {name: path}."""
-    return compile_programs(GUEST_SRC, os.path.join(out_dir(cfg), "bin"))
+    from .kernel import tree
+    return compile_programs(GUEST_SRC, os.path.join(out_dir(cfg), "bin"), tree(cfg).obj)
 
 
-def base_archive(cfg: Config | None = None) -> Archive:
+def base_archive(cfg: Config) -> Archive:
     if not os.path.exists(BUSYBOX):
         raise InitramfsError(f"{BUSYBOX} is missing: run 'make deps' (package busybox-static)")
     a = Archive()
@@ -210,7 +205,7 @@ def inputs_digest() -> str:
     return h.hexdigest()
 
 
-def build(cfg: Config | None = None) -> str:
+def build(cfg: Config) -> str:
     """Write build/initramfs/base.cpio.gz if its content changed; returns its path.
     In a handout, checks that the prebuilt one was made from this kit's vm/."""
     BASE = base(cfg)

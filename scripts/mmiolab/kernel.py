@@ -84,30 +84,16 @@ class Tree:
         return 930 if self.debug else 880
 
 
-def tree(cfg: Config | None = None, debug: bool | None = None) -> Tree:
+def tree(cfg: Config, debug: bool | None = None) -> Tree:
     """The kernel cfg uses (cfg.debug: MMIOLAB_DEBUG=1, make kernel DEBUG=1), or
     the one asked for: the lab kernel (a handout's prebuilt one where there is
     one) or the debug kernel."""
-    cfg = cfg or Config.from_env()
     debug = cfg.debug if debug is None else debug
     if not debug and os.path.isdir(PREBUILT):
         return Tree(PREBUILT, prebuilt=True, tarball=cfg.kernel_tarball, patches=cfg.patches)
     return Tree(os.path.join(cfg.build, "kernel-debug" if debug else "kernel"), debug,
                 tarball=cfg.kernel_tarball, patches=cfg.patches)
 
-
-def __getattr__(name: str) -> object:
-    # The old module constants, from the environment when asked (tests, callers
-    # outside a command): kernel.SRC is kernel.tree().src.
-    if name in ("TARBALL", "PATCHES", "DEBUG"):
-        cfg = Config.from_env()
-        return {"TARBALL": cfg.kernel_tarball, "PATCHES": cfg.patches, "DEBUG": cfg.debug}[name]
-    attr = {"LAB": None, "USE_PREBUILT": "prebuilt", "KDIR": "kdir", "SRC": "src", "OBJ": "obj",
-            "STAMP": "stamp", "BZIMAGE": "bzimage"}
-    if name in attr:
-        t, prop = tree(), attr[name]
-        return t if prop is None else getattr(t, prop)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Fixed build identity: identical inputs give identical compiler command lines,
 # which is what lets ccache hit across clones and re-unpacked trees.
@@ -138,8 +124,7 @@ class ConfigError(MmiolabError):
     """The config fragment asks for options the resulting .config does not have."""
 
 
-def series(patch_dir: str | None = None) -> list[str]:
-    patch_dir = patch_dir or Config.from_env().patches
+def series(patch_dir: str) -> list[str]:
     path = os.path.join(patch_dir, "series")
     if not os.path.exists(path):
         return []
@@ -171,8 +156,7 @@ def source_digest(t: Tree) -> str:
         _digest([os.path.join(t.patches, n) for n in names])
 
 
-def config_digest(t: Tree | None = None) -> str:
-    t = t or tree()
+def config_digest(t: Tree) -> str:
     return _digest(t.fragments)
 
 
@@ -273,8 +257,7 @@ def check_config(config: str, fragment: str) -> None:
                           os.path.relpath(fragment, ROOT) + ":\n  " + "\n  ".join(lost))
 
 
-def patches_digest(patch_dir: str | None = None) -> str:
-    patch_dir = patch_dir or Config.from_env().patches
+def patches_digest(patch_dir: str) -> str:
     names = series(patch_dir)
     return _digest([os.path.join(patch_dir, "series")] + [os.path.join(patch_dir, n)
                                                           for n in names] if names else [])
@@ -307,9 +290,8 @@ def use_prebuilt(t: Tree) -> str:
     return t.bzimage
 
 
-def is_built(t: Tree | None = None) -> bool:
+def is_built(t: Tree) -> bool:
     """Whether build() has nothing to do (a handout's kernel counts as built)."""
-    t = t or tree()
     if t.prebuilt:
         return True
     stamp = _load_stamp(t)
@@ -335,11 +317,10 @@ def building(t: Tree) -> Iterator[None]:
         os.close(fd)                    # closing also unlocks
 
 
-def build(force: bool = False, t: Tree | None = None) -> str:
-    """Bring the kernel t (default: tree()) up to date with patches/ and its
+def build(force: bool = False, *, t: Tree) -> str:
+    """Bring the kernel t (tree(cfg)) up to date with patches/ and its
     config fragments; returns bzImage. Another process building the same
     tree is waited for, and what it built is used."""
-    t = t or tree()
     if t.prebuilt:
         return use_prebuilt(t)
     with building(t):
@@ -392,7 +373,7 @@ def changed_c_files(patch: str) -> list[str]:
     return out
 
 
-def bisect_build(cfg: Config | None = None, dest: str = "") -> list[str]:
+def bisect_build(cfg: Config, dest: str = "") -> list[str]:
     """Build every prefix of the series (patch 1, 1-2, ...): each must build,
     and compile every .c file its last patch changes.
 
@@ -403,7 +384,6 @@ def bisect_build(cfg: Config | None = None, dest: str = "") -> list[str]:
     did not compile (a prefix that leaves them unconfigured proves nothing).
     dest defaults to build/bisect.
     """
-    cfg = cfg or Config.from_env()
     dest = dest or os.path.join(cfg.build, "bisect")
     src, obj = os.path.join(dest, "src"), os.path.join(dest, "obj")
     unpack(src, cfg.kernel_tarball)
@@ -486,13 +466,12 @@ def _cc_major(cc: str) -> int:
         return 0
 
 
-def module_compiler(obj: str | None = None) -> ModuleCompiler:
+def module_compiler(obj: str) -> ModuleCompiler:
     """The compiler of the major version that built the lab kernel: gcc-N where the
     system has it (Debian 12 and 13, Ubuntu 22.04 and 24.04 all package gcc-12),
     else gcc if it is version N, else gcc anyway, with a note saying so: Kbuild
     then uses the options it detected for N, and a build may fail on the system's
     difference (never on the student's code alone)."""
-    obj = obj or tree().obj
     text = _config_value("CONFIG_CC_VERSION_TEXT", obj)
     try:
         major = int(_config_value("CONFIG_GCC_VERSION", obj)) // 10000
@@ -511,13 +490,12 @@ def module_compiler(obj: str | None = None) -> ModuleCompiler:
                           f"compiler)")
 
 
-def build_module(src_dir: str, out_dir: str, log: str, t: Tree | None = None) -> list[str]:
+def build_module(src_dir: str, out_dir: str, log: str, t: Tree) -> list[str]:
     """Build an out-of-tree module with Kbuild against the lab kernel (t).
 
     The sources are copied to out_dir first so that the source folder stays
     clean; returns the .ko files built.
     """
-    t = t or tree()
     if not os.path.exists(os.path.join(t.obj, "Module.symvers")):
         raise MissingError("the lab kernel is not built: run 'make kernel'")
     shutil.rmtree(out_dir, ignore_errors=True)

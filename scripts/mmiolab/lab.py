@@ -74,7 +74,7 @@ class Run:
     append: list[str] = field(default_factory=list)
 
 
-def kernel_tree(cfg: Config | None = None) -> list[str]:
+def kernel_tree(cfg: Config) -> list[str]:
     """What a module build may read besides the toolchain: the kernel build tree
     and its source, by their real paths (the build tree names its source by the
     path it was configured with, and the sandbox shows only what it binds).
@@ -96,9 +96,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAKE_ERROR = re.compile(r"make(\[\d+\])?: \*\*\* ")
 
 
-def scratch_root(cfg: Config | None = None) -> str:
+def scratch_root(cfg: Config) -> str:
     """Where the grader makes its scratch folders (sandboxes: searchable by all)."""
-    d = os.path.join((cfg or Config.from_env()).build, "scratch")
+    d = os.path.join(cfg.build, "scratch")
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o755)
     return d
@@ -107,19 +107,18 @@ def scratch_root(cfg: Config | None = None) -> str:
 _OWNED = re.compile(r"[a-z]+-(\d+)-")
 
 
-def new_scratch(prefix: str, cfg: Config | None = None) -> str:
+def new_scratch(prefix: str, cfg: Config) -> str:
     """A fresh scratch folder, named for this process ('grade-PID-...'), so that
     remove_stale_scratch() can tell one a killed grader left behind."""
     return tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=scratch_root(cfg))
 
 
-def remove_stale_scratch(cfg: Config | None = None) -> list[str]:
+def remove_stale_scratch(cfg: Config) -> list[str]:
     """Remove what graders that are gone (killed: no `finally` ran) left: the
     QEMU of a run they had in flight, with its files (vm.sweep_leftovers: by
     recorded pid, if that pid is still that QEMU), and their scratch folders,
     with the student files in them; the names removed and what was done. A
     folder whose process still runs (a parallel grader) is left alone."""
-    cfg = cfg or Config.from_env()
     gone = vm.sweep_leftovers(cfg.build)
     root = scratch_root(cfg)
     for name in sorted(os.listdir(root)):
@@ -138,20 +137,19 @@ def remove_stale_scratch(cfg: Config | None = None) -> list[str]:
     return gone
 
 
-def confinement(cfg: Config | None = None) -> sandbox.Confinement:
+def confinement(cfg: Config) -> sandbox.Confinement:
     """Which level confines module builds here; (level, what was tried and why
     it failed): level is "" where none works (sandbox.probe)."""
     return sandbox.probe(kernel_tree(cfg), scratch_root(cfg), cfg)
 
 
-def setup_confinement(cfg: Config | None = None) -> tuple[bool, str]:
+def setup_confinement(cfg: Config) -> tuple[bool, str]:
     """For an autograder image's setup (Gradescope's setup.sh, the PrairieLearn
     Dockerfile), run as root while the image is built: the jail's tree
     prepared now, whichever level grading will pick (a container where
     bubblewrap fails then needs no minutes of copying per job), and which
     level confines module builds here; (a level works, words for the image's
     build log)."""
-    cfg = cfg or Config.from_env()
     said = []
     if os.geteuid() == 0:
         t0 = time.monotonic()
@@ -169,7 +167,7 @@ def setup_confinement(cfg: Config | None = None) -> tuple[bool, str]:
     return bool(found.level), "\n".join(said)
 
 
-def confinement_level(confined: bool | str, cfg: Config | None = None) -> str:
+def confinement_level(confined: bool | str, cfg: Config) -> str:
     """The level a build given `confined` (build_driver's) runs at: a level's
     name, or sandbox.UNCONFINED."""
     if confined is True:
@@ -181,12 +179,11 @@ def confinement_level(confined: bool | str, cfg: Config | None = None) -> str:
 
 
 def build_text(text: str, folder: str = "", source: str = "", named: str = "",
-               cfg: Config | None = None) -> str:
+               *, cfg: Config) -> str:
     """Build output as a student may see it: no host paths, no colour codes, and
     the compiler's messages about `source` (ringdrv.c: ...) naming it `named`, as
     the student named it, when that is another name."""
     text = _ANSI.sub("", text)
-    cfg = cfg or Config.from_env()
     t = kernel.tree(cfg)
     hosts = [(folder, ""), (t.obj, "linux-build"), (t.src, "linux"),
              (cfg.build, "build"), (ROOT, "mmiolab")]
@@ -206,13 +203,12 @@ def build_text(text: str, folder: str = "", source: str = "", named: str = "",
 
 
 def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool | str = True,
-                 named: str = "", cfg: Config | None = None) -> Build:
+                 named: str = "", *, cfg: Config) -> Build:
     """Compile one driver source with the lab's own Kbuild and headers (W=1), confined
     (sandbox.py: `confined` names the level, True the one that works here) within
     the lab's limits (Limits.build); the .ko, build.log and objdump.txt land in
     workdir. The log names the source `named` (its file name as the student gave
     it) if that is given."""
-    cfg = cfg or Config.from_env()
     level = confinement_level(confined, cfg)
     confined = level if level != sandbox.UNCONFINED else False
     t = kernel.tree(cfg)
@@ -236,7 +232,7 @@ def build_driver(lab: LabSpec, source: str, workdir: str, confined: bool | str =
                            f"CC={cc.cc}", "modules"], src, kernel_tree(cfg),
                           os.path.join(box, "build.log"), limits, env=BUILD_ENV,
                           confined=confined, hide=_hidden(), cfg=cfg)
-        log = build_text(res.output, src, f"{lab.module}.c", named, cfg)
+        log = build_text(res.output, src, f"{lab.module}.c", named, cfg=cfg)
         with open(os.path.join(workdir, "build.log"), "w") as f:
             f.write(log)
         if res.status == "timeout":
@@ -284,7 +280,7 @@ def _copy_regular(src: str, dest: str, cap: int = 64 << 20) -> bool:
     return True
 
 
-def disassemble(ko: str, confined: bool | str = True, cfg: Config | None = None) -> str:
+def disassemble(ko: str, confined: bool | str = True, *, cfg: Config) -> str:
     """objdump -d -r of a module, itself confined: binutils reading a file a student
     shaped is one more parser to keep away from the host."""
     box = new_scratch("objdump", cfg)
@@ -307,12 +303,12 @@ def disassemble(ko: str, confined: bool | str = True, cfg: Config | None = None)
         shutil.rmtree(box, ignore_errors=True)
 
 
-def guest_programs(lab: LabSpec, cfg: Config | None = None) -> dict[str, str]:
+def guest_programs(lab: LabSpec, cfg: Config) -> dict[str, str]:
     """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
     headers = [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
     headers.append(PROGRESS_H)
-    out = os.path.join((cfg or Config.from_env()).build, "labs", lab.name, "bin")
-    return compile_programs(os.path.join(lab.dir, "tests"), out,
+    out = os.path.join(lab.out(cfg), "bin")
+    return compile_programs(os.path.join(lab.dir, "tests"), out, kernel.tree(cfg).obj,
                             ["-pthread", f"-I{lab.dir}", f"-I{GUEST_SRC}"], headers)
 
 
@@ -320,7 +316,7 @@ def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int =
               append: list[str] | None = None, timeout: float = 90,
               console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
               smp: int | None = None, stall_timeout: float = 0.0,
-              cfg: Config | None = None) -> Run:
+              *, cfg: Config) -> Run:
     """Boot a guest and run the lab's harness (or another: the hidden tests')
     on the driver, once per seed. timeout is the run's ceiling; with a
     stall_timeout, a run whose harness sends no progress for so long is

@@ -236,10 +236,9 @@ class LabSpec:
     def dir(self) -> str:
         return os.path.dirname(os.path.abspath(self.path))
 
-    @property
-    def out(self) -> str:
+    def out(self, cfg: Config) -> str:
         """Where the kit keeps what it builds for the lab (build/labs/LAB)."""
-        return os.path.join(Config.from_env().build, "labs", self.name)
+        return os.path.join(cfg.build, "labs", self.name)
 
     @property
     def harness(self) -> str:
@@ -260,7 +259,7 @@ class LabSpec:
     def solution_patch(self, name: str) -> str:
         return os.path.join(self.dir, "solutions", f"{name}.patch")
 
-    def solution_source(self, name: str) -> str:
+    def solution_source(self, name: str, cfg: Config) -> str:
         """Reference solution NAME as a file (files[0]): its patch applied to the
         starter, under build/labs/LAB/solutions/, in a folder named for the
         two files' digest (made once, then reused)."""
@@ -271,7 +270,7 @@ class LabSpec:
         for path in (self.starter, patch):
             with open(path, "rb") as f:
                 digest.update(hashlib.sha256(f.read()).digest())
-        folder = os.path.join(self.out, "solutions")
+        folder = os.path.join(self.out(cfg), "solutions")
         done = os.path.join(folder, f"{name}-{digest.hexdigest()[:16]}")
         if not os.path.isfile(os.path.join(done, self.files[0])):
             os.makedirs(folder, exist_ok=True)
@@ -288,11 +287,11 @@ class LabSpec:
                 shutil.rmtree(tmp, ignore_errors=True)
         return os.path.join(done, self.files[0])
 
-    def fixture_base_source(self) -> str:
+    def fixture_base_source(self, cfg: Config) -> str:
         """The file the lab's fixtures and correct variants patch (fixture_base)."""
         if self.fixture_base == "starter":
             return self.starter
-        return self.solution_source(self.fixture_base.split(":", 1)[1])
+        return self.solution_source(self.fixture_base.split(":", 1)[1], cfg)
 
     @property
     def per_seed_tests(self) -> tuple[GradedTest, ...]:

@@ -77,7 +77,7 @@ def variants(spec: LabSpec) -> list[str]:
     return out
 
 
-def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
+def variant_source(spec: LabSpec, variant: str, workdir: str, cfg: Config) -> str:
     """starter, solution:NAME (spec.solution_source), fixture:NAME /
     correct:NAME (a patch applied to the lab's fixture base, in workdir), or
     patch:PATH (a patch to the starter kept elsewhere: the kit's tests' own
@@ -86,12 +86,12 @@ def variant_source(spec: LabSpec, variant: str, workdir: str) -> str:
         return spec.starter
     kind, name = variant.split(":", 1)
     if kind == "solution":
-        return spec.solution_source(name)
+        return spec.solution_source(name, cfg)
     src = os.path.join(workdir, spec.files[0])
     if kind == "patch":
         apply_patch(spec.starter, name, src)
         return src
-    apply_patch(spec.fixture_base_source(), os.path.join(spec.dir, PATCH_DIRS[kind],
+    apply_patch(spec.fixture_base_source(cfg), os.path.join(spec.dir, PATCH_DIRS[kind],
                                                           f"{name}.patch"), src)
     return src
 
@@ -128,14 +128,13 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
 def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
                  append: list[str] | None = None, cmds: int = 10000,
                  timeout: float | None = None,
-                 cfg: Config | None = None) -> dict[str, dict[str, Tally]]:
+                 *, cfg: Config) -> dict[str, dict[str, Tally]]:
     """Several variants in one guest, one after the other, each under its own
     nonce: a boot per variant costs more than most variants' runs. A variant
     whose harness did not finish (a hang, a crash of the guest) and every
     variant after it are run again alone, so one cannot spoil another's count.
     `timeout` is per variant (default: budget())."""
     timeout = timeout or budget(spec, seeds)
-    cfg = cfg or Config.from_env()
     out = {variant: _tallies(spec, variant, seeds, channel, nonce, seconds)
            for variant, (channel, nonce, seconds)
            in _run_batch(spec, names, seeds, append, cmds, timeout, cfg).items()}
@@ -148,12 +147,11 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
 
 def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
                    append: list[str] | None = None, cmds: int = 10000,
-                   cfg: Config | None = None) -> dict[str, dict[str, model.TestOutcome]]:
+                   *, cfg: Config) -> dict[str, dict[str, model.TestOutcome]]:
     """The lab's harness-reported tests of each variant, scored as the grader
     scores them (stages.outcome_from_ktap), from one guest (run_variants'):
     what the cost test gives each. A variant whose harness did not finish
     is left out."""
-    cfg = cfg or Config.from_env()
     out = {}
     for variant, (channel, nonce, _) in _run_batch(spec, names, seeds, append, cmds,
                                                    budget(spec, seeds), cfg).items():
@@ -179,7 +177,7 @@ def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[s
         for i, variant in enumerate(names):
             work = os.path.join(tmp, f"v{i}")
             os.makedirs(work)
-            built = build_driver(spec, variant_source(spec, variant, work),
+            built = build_driver(spec, variant_source(spec, variant, work, cfg),
                                  os.path.join(work, "build"), cfg=cfg)
             nonces.append(ktap.make_nonce())
             files[f"/job/v/{i}.ko"] = built.ko
@@ -223,7 +221,7 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
                 cmds: int = 10000, timeout: float | None = None,
                 hidden: bool = False, stop_after: float | None = None,
-                cfg: Config | None = None) -> dict[str, Tally]:
+                *, cfg: Config) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one
     guest under the lab's fabric (plus `append`); a Tally per per-seed test.
     hidden: the lab's hidden tests instead, in their own guest and fabric.
@@ -234,11 +232,10 @@ def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str]
     cut = stop_after is not None and stop_after < timeout
     if cut:
         timeout = stop_after
-    cfg = cfg or Config.from_env()
     base = os.path.join(cfg.build, "labtest", spec.name)
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as tmp:
-        src = variant_source(spec, variant, tmp)
+        src = variant_source(spec, variant, tmp, cfg)
         built = build_driver(spec, src, os.path.join(tmp, "build"), cfg=cfg)
         # A plain folder name: QEMU's option syntax breaks paths with commas.
         name = variant + "-" + "-".join(append or ["default"]) + ("-hidden" if hidden else "")

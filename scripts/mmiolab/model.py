@@ -25,7 +25,8 @@ MAX_TEST_OUTPUT = 32 << 10
 MAX_OUTPUT = 64 << 10
 
 
-_WHY = {
+# A test's status in words (the reports' "why" of a test that did not pass).
+WHY = {
     "passed": "passed",
     "failed": "the test ran and did not pass",
     "crashed": ("the test never reported a result: the guest crashed, hung or was stopped "
@@ -154,14 +155,39 @@ def _shell_quote(s: str) -> str:
     return s if re.fullmatch(r"[A-Za-z0-9_./:@%+=,-]+", s) else "'" + s.replace("'", "'\\''") + "'"
 
 
-def _num(x: float) -> str:
+# ---------------------------------------------------------------------------- text of the reports
+# Shared by every writer of a result (report.py, gradebook.py, platforms/*).
+
+def shown_number(x: float) -> str:
+    """A score as the reports show it: 2 for 2.0, 2.5 for 2.50."""
     return str(int(x)) if float(x).is_integer() else f"{x:.2f}".rstrip("0")
 
 
-def _cap(text: str, limit: int) -> str:
+def cap_text(text: str, limit: int) -> str:
+    """text cut to `limit` characters, saying how many more there were."""
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def clean_text(text: str) -> str:
+    """Text safe for XML 1.0 and JSON consumers: no control characters, no lone surrogates."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def clean_obj(obj: Any) -> Any:
+    """Every string of a JSON document made valid UTF-8 (paths may carry undecodable bytes)."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        return {clean_obj(k): clean_obj(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clean_obj(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------------------- atomic files

@@ -27,13 +27,13 @@ import json
 import html
 import math
 import os
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from typing import Any
 
-from .model import (_WHY, MAX_OUTPUT, MAX_TEST_OUTPUT, RESULT_SCHEMA, GradeResult, Replay,
-                     ReportError, TestOutcome, _cap, _num, atomic_write)
+from .model import (MAX_OUTPUT, MAX_TEST_OUTPUT, RESULT_SCHEMA, WHY, GradeResult, Replay,
+                     ReportError, TestOutcome, atomic_write, cap_text, clean_obj, clean_text,
+                     shown_number)
 
 
 # ---------------------------------------------------------------------------- Gradescope
@@ -49,21 +49,21 @@ def gradescope_json(result: GradeResult, visibility: str = "visible",
             "score": t.score,
             "max_score": t.max_score,
             "status": "passed" if t.status == "passed" else "failed",
-            "output": _cap(_clean_text(t.output), MAX_TEST_OUTPUT),
+            "output": cap_text(clean_text(t.output), MAX_TEST_OUTPUT),
             "visibility": t.visibility,
             "extra_data": {"status": t.status},
         }
         if t.html:
             # Gradescope renders a test's output as HTML when asked to: the
             # text, escaped, then the picture of the failing run.
-            entry["output"] = ("<pre>" + html.escape(_cap(_clean_text(t.output), MAX_TEST_OUTPUT))
+            entry["output"] = ("<pre>" + html.escape(cap_text(clean_text(t.output), MAX_TEST_OUTPUT))
                                + "</pre>" + t.html)
             entry["output_format"] = "html"
         tests.append(entry)
     return {
         "score": result.score,
         "execution_time": int(math.ceil(result.visible_seconds)),
-        "output": _cap(_clean_text(summary_text(result)), MAX_OUTPUT),
+        "output": cap_text(clean_text(summary_text(result)), MAX_OUTPUT),
         "output_format": "text",
         "test_output_format": "text",
         "visibility": visibility,
@@ -94,19 +94,8 @@ def _extra(result: GradeResult) -> dict[str, Any]:
     }
 
 
-def _clean_obj(obj: Any) -> Any:
-    """Every string of a JSON document made valid UTF-8 (paths may carry undecodable bytes)."""
-    if isinstance(obj, str):
-        return obj.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        return {_clean_obj(k): _clean_obj(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean_obj(v) for v in obj]
-    return obj
-
-
 def write_results_json(result: GradeResult, path: str, **kw: Any) -> None:
-    doc = _clean_obj(gradescope_json(result, **kw))
+    doc = clean_obj(gradescope_json(result, **kw))
     atomic_write(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -193,22 +182,13 @@ def instructor_text(result: GradeResult) -> str:
 def write_instructor(result: GradeResult, out_dir: str) -> dict[str, str]:
     paths = {"instructor": os.path.join(out_dir, INSTRUCTOR_JSON),
              "instructor_text": os.path.join(out_dir, INSTRUCTOR_TXT)}
-    atomic_write(paths["instructor"], json.dumps(_clean_obj(instructor_json(result)), indent=2,
+    atomic_write(paths["instructor"], json.dumps(clean_obj(instructor_json(result)), indent=2,
                                                  ensure_ascii=False) + "\n")
-    atomic_write(paths["instructor_text"], _clean_text(instructor_text(result)))
+    atomic_write(paths["instructor_text"], clean_text(instructor_text(result)))
     return paths
 
 
 # ---------------------------------------------------------------------------- JUnit
-
-_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def _clean_text(text: str) -> str:
-    """Text safe for XML 1.0 and JSON consumers: no control characters, no lone surrogates."""
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return _XML_BAD.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
 
 def junit_xml(result: GradeResult) -> str:
     """JUnit XML that CI systems read: one testsuite per submission, one testcase per test."""
@@ -219,18 +199,18 @@ def junit_xml(result: GradeResult) -> str:
     common = {"tests": str(len(result.tests)), "failures": str(n_fail), "errors": str(n_err),
               "skipped": str(n_skip), "time": f"{result.execution_time:.3f}"}
     root = ET.Element("testsuites", {"name": f"mmiolab.{result.lab}", **common})
-    suite = ET.SubElement(root, "testsuite", {"name": _clean_text(suite_name), **common,
+    suite = ET.SubElement(root, "testsuite", {"name": clean_text(suite_name), **common,
                                               "timestamp": result.graded_at[:19],
-                                              "hostname": _clean_text(result.host)})
+                                              "hostname": clean_text(result.host)})
     props = ET.SubElement(suite, "properties")
     for k, v in _replay_props(result):
-        ET.SubElement(props, "property", {"name": k, "value": _clean_text(str(v))})
+        ET.SubElement(props, "property", {"name": k, "value": clean_text(str(v))})
     for t in result.tests:
         case = ET.SubElement(suite, "testcase", {
-            "classname": _clean_text(f"mmiolab.{result.lab}.{result.submission_id}"),
+            "classname": clean_text(f"mmiolab.{result.lab}.{result.submission_id}"),
             "name": t.name, "time": f"{t.seconds or 0.0:.3f}"})
-        text = _cap(_clean_text(t.output), MAX_TEST_OUTPUT)
-        msg = f"{t.name}: {_num(t.score)}/{_num(t.max_score)}: {_WHY[t.status]}"
+        text = cap_text(clean_text(t.output), MAX_TEST_OUTPUT)
+        msg = f"{t.name}: {shown_number(t.score)}/{shown_number(t.max_score)}: {WHY[t.status]}"
         if t.status == "failed" or (t.status == "passed" and t.score < t.max_score):
             ET.SubElement(case, "failure", {"message": msg, "type": t.status}).text = text
         elif t.status in ("crashed", "error"):
@@ -238,7 +218,7 @@ def junit_xml(result: GradeResult) -> str:
         elif t.status == "skipped":
             ET.SubElement(case, "skipped", {"message": msg})
         ET.SubElement(case, "system-out").text = text
-    ET.SubElement(suite, "system-out").text = _cap(_clean_text(summary_text(result, False)),
+    ET.SubElement(suite, "system-out").text = cap_text(clean_text(summary_text(result, False)),
                                                    MAX_OUTPUT)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
@@ -248,7 +228,7 @@ def _replay_props(result: GradeResult) -> list[tuple[str, Any]]:
     r = result.replay
     props: list[tuple[str, Any]] = [
         ("submission", result.submission), ("verdict", result.verdict),
-        ("score", _num(result.score)), ("max_score", _num(result.max_score)),
+        ("score", shown_number(result.score)), ("max_score", shown_number(result.max_score)),
         ("seeds", ",".join(map(str, r.seeds))), ("profile", r.profile),
         ("semantics", r.semantics),
         ("first_failing_seed", "" if r.first_failing_seed is None else r.first_failing_seed),
@@ -276,8 +256,8 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
     held = [t for t in result.tests if t not in shown]
     width = max([len(t.name) for t in shown] + [4])
     score, most = sum(t.score for t in shown), sum(t.max_score for t in shown)
-    out = [f"mmiolab {result.lab}: {result.submission_id}: {_num(score)}/{_num(most)}"
-           + (f" (visible tests; {len(held)} more tests, {_num(sum(t.max_score for t in held))}"
+    out = [f"mmiolab {result.lab}: {result.submission_id}: {shown_number(score)}/{shown_number(most)}"
+           + (f" (visible tests; {len(held)} more tests, {shown_number(sum(t.max_score for t in held))}"
               f" points, are shown when grades are published)" if held else ""),
            f"graded {result.graded_at} on {result.host} in "
            + (f"{result.visible_seconds:.1f}s" + (" (not counting the hidden tests)"
@@ -299,13 +279,13 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
     out.append("")
     for t in shown:
         word = t.status if t.status == "passed" else t.status.upper()
-        out.append(f"  {word:8} {t.name:{width}}  {_num(t.score):>5}/{_num(t.max_score)}")
+        out.append(f"  {word:8} {t.name:{width}}  {shown_number(t.score):>5}/{shown_number(t.max_score)}")
     failed = [t for t in result.failed if t in shown]
     if failed:
         out += ["", "What failed and why:"]
         for t in failed:
-            why = _WHY[t.status] if t.status != "passed" else "passed, with part of the points"
-            out.append(f"- {t.name} ({_num(t.score)}/{_num(t.max_score)}): {why}.")
+            why = WHY[t.status] if t.status != "passed" else "passed, with part of the points"
+            out.append(f"- {t.name} ({shown_number(t.score)}/{shown_number(t.max_score)}): {why}.")
             if t.description:
                 out.append(f"  The test: {t.description}")
             lines = [l for l in t.output.splitlines() if l.strip() and l != t.description]
@@ -323,7 +303,7 @@ def summary_text(result: GradeResult, student: bool = True) -> str:
 
 
 def write_summary(result: GradeResult, path: str) -> None:
-    atomic_write(path, _clean_text(summary_text(result)))
+    atomic_write(path, clean_text(summary_text(result)))
 
 
 def write_all(result: GradeResult, out_dir: str, **kw: Any) -> dict[str, str]:

@@ -90,17 +90,9 @@ class Result:
         return f"{self.status} (status {self.returncode}, {self.seconds:.1f}s): {head}"
 
 
-def ids(cfg: Config | None = None) -> tuple[int, int]:
+def ids(cfg: Config) -> tuple[int, int]:
     """The uid and gid a confined step runs as (Config.sandbox_uid/gid)."""
-    cfg = cfg or Config.from_env()
     return cfg.sandbox_uid, cfg.sandbox_gid
-
-
-def __getattr__(name: str) -> int:
-    # SANDBOX_UID and SANDBOX_GID, from the environment when asked (tests).
-    if name in ("SANDBOX_UID", "SANDBOX_GID"):
-        return ids()[name == "SANDBOX_GID"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _dropping() -> bool:
@@ -160,8 +152,8 @@ def _filter_fd() -> int:
     return r
 
 
-def bwrap_args(writable: str, readonly: list[str], hide: Sequence[str] = (),
-               cfg: Config | None = None, seccomp_fd: int = -1) -> list[str]:
+def bwrap_args(writable: str, readonly: list[str], hide: Sequence[str] = (), *,
+               cfg: Config, seccomp_fd: int = -1) -> list[str]:
     """The bubblewrap command line up to '--' (exposed for tests and the docs);
     seccomp_fd (from _filter_fd) stands in for --disable-userns."""
     uid, gid = ids(cfg)
@@ -191,7 +183,7 @@ def _prlimit(limits: Limits) -> list[str]:
             f"--nofile={limits.open_files}", "--core=0", "--"]
 
 
-def prepare(folder: str, cfg: Config | None = None) -> None:
+def prepare(folder: str, cfg: Config) -> None:
     """Make `folder` the sandbox's writable folder: owned by the sandbox uid. Its
     parents must be searchable by that uid (bubblewrap runs as it): the caller
     makes its own folders 0711; the host's folders are never changed here."""
@@ -215,10 +207,9 @@ _probe_cache: dict[tuple[tuple[str, ...], str, tuple[int, int], str, str, int, i
                    Confinement] = {}
 
 
-def probe(readonly: list[str], scratch: str, cfg: Config | None = None) -> Confinement:
+def probe(readonly: list[str], scratch: str, cfg: Config) -> Confinement:
     """Which level can confine a step here that reads `readonly`: each of LEVELS
     in turn (or only Config.confine's), the first that works. Cached."""
-    cfg = cfg or Config.from_env()
     key = (tuple(readonly), scratch, ids(cfg), cfg.confine, cfg.build, cfg.jail_uid,
            cfg.jail_gid)
     if key not in _probe_cache:
@@ -311,7 +302,7 @@ def _landlock_abi() -> int:
     return _landlock[0]
 
 
-def resolve(confined: bool | str, readonly: list[str], cfg: Config | None = None) -> str:
+def resolve(confined: bool | str, readonly: list[str], cfg: Config) -> str:
     """The level a step given `confined` runs at: a level's name as it is;
     False or "" UNCONFINED; True the level probe() picks (SandboxError where
     none works)."""
@@ -319,7 +310,6 @@ def resolve(confined: bool | str, readonly: list[str], cfg: Config | None = None
         return confined or UNCONFINED
     if not confined:
         return UNCONFINED
-    cfg = cfg or Config.from_env()
     found = probe(readonly, os.path.join(cfg.build, "scratch"), cfg)
     if not found.level:
         raise SandboxError(f"cannot confine the step here: {found.why}")
@@ -340,7 +330,7 @@ def _private_folder(paths: list[str]) -> str:
     return ""
 
 
-def _user_kw(cfg: Config | None = None) -> dict[str, Any]:
+def _user_kw(cfg: Config) -> dict[str, Any]:
     if _dropping():
         uid, gid = ids(cfg)
         return {"user": uid, "group": gid, "extra_groups": []}
@@ -354,7 +344,7 @@ def _rmtree(path: str) -> None:
 
 def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: Limits,
         env: dict[str, str] | None = None, confined: bool | str = True,
-        hide: Sequence[str] = (), cfg: Config | None = None) -> Result:
+        hide: Sequence[str] = (), *, cfg: Config) -> Result:
     """Run argv with `writable` as its only writable folder (/build when confined).
 
     confined: a level's name (LEVELS), True for the level probe() picks, or
@@ -362,7 +352,6 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
     (created here, outside `writable`); Result.output is its first
     limits.output_cap bytes. Never raises for what the step does.
     """
-    cfg = cfg or Config.from_env()
     level = resolve(confined, readonly, cfg)
     env = _env(env or {})
     if level == "jail":
@@ -374,7 +363,7 @@ def run(argv: list[str], writable: str, readonly: list[str], log: str, limits: L
     if confined:
         info_r, info_w = os.pipe()
         filter_r = _filter_fd()
-        cmd = bwrap_args(writable, readonly, hide, cfg, filter_r) + ["--info-fd", str(info_w)]
+        cmd = bwrap_args(writable, readonly, hide, cfg=cfg, seccomp_fd=filter_r) + ["--info-fd", str(info_w)]
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         cmd += ["--"] + _prlimit(limits) + argv

@@ -127,20 +127,19 @@ class Calibration:
     got_cpus: float = 0.0
 
 
-def cached(cfg: Config | None = None) -> Calibration | None:
+def cached(cfg: Config) -> Calibration | None:
     """The last calibration on this machine, if any."""
     try:
-        with open(_speed_file(cfg or Config.from_env())) as f:
+        with open(_speed_file(cfg)) as f:
             return Calibration(**json.load(f))
     except (OSError, ValueError, TypeError):
         return None
 
 
-def calibrate(cfg: Config | None = None) -> Calibration:
+def calibrate(cfg: Config) -> Calibration:
     """Boot a guest of CALIBRATION_SMP vCPUs that runs WORK_ROUNDS of busybox
     awk on each at once, timed on the host; keep the result (cached()). A
     few seconds on the reference machine."""
-    cfg = cfg or Config.from_env()
     # Timed on the host, from the job's start (the console's "mmiolab:
     # running:") to QEMU's end: the guest's own clock jumped (172 s for a job
     # of 5) on a host starved by other load.

@@ -115,7 +115,7 @@ class Refused(Checked):
 def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: bool | str,
             out_dir: str | None = None, build_dir: str | None = None,
             source_named: str = "", whole_build_log: bool = False,
-            cfg: Config | None = None) -> Prepared | Refused:
+            cfg: Config) -> Prepared | Refused:
     """Intake, build and check one submission (source: a file, folder or archive).
 
     shown names the submission in intake's messages (grade.display_name, or the
@@ -125,9 +125,7 @@ def prepare(spec: LabSpec, source: str, work_dir: str, *, shown: str, confined: 
     build.log) in build_dir, by default work_dir/build; starter.diff in out_dir
     when given. A build that fails is refused with the compiler's error lines,
     or with all it printed when whole_build_log (the lab VM: the student's own
-    build, read in a terminal). cfg: the kit's configuration (default: the
-    environment's)."""
-    cfg = cfg or Config.from_env()
+    build, read in a terminal). cfg: the kit's configuration (the command's)."""
     intake = submission.intake_for_lab(spec, source, os.path.join(work_dir, "intake"),
                                        bounded=True, shown=shown)
     if not intake.ok:
@@ -239,7 +237,7 @@ class Ran:
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
               cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
               timeout: float | None = None, console_cap: int | None = None,
-              cfg: Config | None = None, deadline: float | None = None) -> Run:
+              cfg: Config, deadline: float | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
     fabric) over the seeds, under the lab's fabric plus `append`. The console
     limit is the lab's unless given. A timeout given is the run's whole time;
@@ -252,7 +250,7 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
         if hidden else {}
     if timeout is None:
         lim = spec.limits
-        factor = speed.slowdown(spec.hidden_smp if hidden else (cfg or Config.from_env()).smp,
+        factor = speed.slowdown(spec.hidden_smp if hidden else cfg.smp,
                                 lim.max_slowdown)
         timeout = lim.run_timeout * factor
         kw["stall_timeout"] = lim.stall_timeout * factor
@@ -272,7 +270,7 @@ MIN_HIDDEN_RUN = 30.0
 
 def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = 10000,
         append: list[str] | tuple[str, ...] = (), title: str = "",
-        cfg: Config | None = None, deadline: float | None = None) -> Ran:
+        cfg: Config, deadline: float | None = None) -> Ran:
     """Run a prepared module: the visible tests in a guest (its logs, and the
     picture of a failing run titled `title`, in out_dir), then, if the lab has
     hidden tests and that guest finished, the hidden tests in a second one
@@ -284,7 +282,8 @@ def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds:
                         deadline=deadline)
     res = visible.result
     ran = Ran(visible=visible, out_dir=out_dir,
-              seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title))
+              seen=guestout.read_bounded(res.channel, res.console, visible.nonce, out_dir, title,
+                                         kernel.tree(cfg).src))
     if spec.hidden_tests and res.status == "exited":
         # The hidden tests: a second guest, more CPUs, other routes.
         t0 = time.monotonic()

@@ -29,7 +29,7 @@ comes too late: ``irq:irq_handler_entry`` (``irq=25 name=postdrv``: a
 handler starts, on the CPU of the line) and ``raw_syscalls:sys_exit``
 (``NR 16 = 0``: a task's system call returns to user space). Other events
 are ignored. The card's register names (labels, the doorbell, INT_ENABLE)
-are read from the kernel's include/linux/mmiosim_ring.h (ring()).
+are read from the kernel's include/linux/mmiosim_ring.h (ring(src)).
 
 A recorded file may start with "# key: value" header lines (written by the
 guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
@@ -68,7 +68,7 @@ ENTRIES_RE = re.compile(r"^#\s*entries-in-buffer/entries-written:\s*(\d+)/(\d+)"
 LOST_RE = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]")
 SYS_EXIT_RE = re.compile(r"NR (-?\d+) = (-?\d+)")
 
-# The ring card's register map is the kernel header's, read at run time (ring()).
+# The ring card's register map is the kernel header's, read at run time (ring(src)).
 RING_HEADER = os.path.join("include", "linux", "mmiosim_ring.h")
 _DEFINE = re.compile(r"^#define[ \t]+MMIOSIM_RING_([A-Z0-9_]+)[ \t]+(0x[0-9a-fA-F]+|[0-9]+)\b")
 # x86_64 system call numbers worth a name on the picture.
@@ -123,12 +123,11 @@ def parse_ring_header(text: str, where: str = RING_HEADER) -> Ring:
 
 
 @functools.lru_cache(maxsize=None)
-def ring() -> Ring:
+def ring(src: str) -> Ring:
     """The ring card's registers, from include/linux/mmiosim_ring.h of the lab
-    kernel tree (a handout's prebuilt tree carries it); a TraceError says where
-    it looked."""
-    from . import kernel
-    path = os.path.join(kernel.tree().src, RING_HEADER)
+    kernel's source tree src (kernel.tree(cfg).src; a handout's prebuilt tree
+    carries it); a TraceError says where it looked."""
+    path = os.path.join(src, RING_HEADER)
     try:
         with open(path, encoding="utf-8") as f:
             return parse_ring_header(f.read(), path)
@@ -165,14 +164,34 @@ class Write:
     pid: int = -1                   # the task that posted it
     task: str = ""
     lines: list[int] = field(default_factory=list)
+    ring: Ring = field(kw_only=True, repr=False, compare=False)    # the card's register names
 
     @property
     def complete(self) -> bool:
         return None not in (self.post, self.drain, self.arrive)
 
+    # The times of a write the trace has them for (a complete write's, which
+    # the finders and the drawing read): a TraceError names a missing one.
+    @property
+    def posted(self) -> int:
+        return self._time(self.post, "post")
+
+    @property
+    def drained(self) -> int:
+        return self._time(self.drain, "drain")
+
+    @property
+    def arrived(self) -> int:
+        return self._time(self.arrive, "arrive")
+
+    def _time(self, t: int | None, what: str) -> int:
+        if t is None:
+            raise TraceError(f"write seq={self.seq} has no {what} time (a lost trace line)")
+        return t
+
     @property
     def reg(self) -> str:
-        return ring().name(self.off)
+        return self.ring.name(self.off)
 
 
 @dataclass
@@ -209,6 +228,13 @@ class Return:
     disabled: Write | None = None   # the interrupt-disable write this call posted
 
     @property
+    def disable_write(self) -> Write:
+        """disabled, of a return that has one (the finders' and the picture's)."""
+        if self.disabled is None:
+            raise TraceError(f"trace line {self.lineno}: the call posted no interrupt disable")
+        return self.disabled
+
+    @property
     def call(self) -> str:
         return f"{SYSCALLS[self.nr]}()" if self.nr in SYSCALLS else f"system call {self.nr}"
 
@@ -222,6 +248,7 @@ class Trace:
     irqs: list[Irq] = field(default_factory=list)
     returns: list[Return] = field(default_factory=list)
     lost: int = 0           # events ftrace says it dropped (a buffer that overflowed)
+    ring: Ring = field(kw_only=True, repr=False, compare=False)    # the card's register map
 
     @property
     def card_irq(self) -> int | None:
@@ -233,8 +260,9 @@ def _num(s: str) -> int:
     return int(s, 0)
 
 
-def parse(text: str, route_ns: list[int] | None = None) -> Trace:
-    """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt).
+def parse(text: str, route_ns: list[int] | None = None, *, ring: Ring) -> Trace:
+    """Parse trace text (a whole /sys/kernel/tracing/trace, or an excerpt);
+    ring: the card's register map (ring(kernel source)).
 
     route_ns: the fabric's route latencies (default: from a "# fabric:"
     header line, else none), used to place each write's post (see model()).
@@ -275,7 +303,7 @@ def parse(text: str, route_ns: list[int] | None = None) -> Trace:
                             int(m["tcpu"])))
     if route_ns is None:
         route_ns = fabric_routes(header.get("fabric", ""))
-    tr = model(header, events, route_ns)
+    tr = model(header, events, route_ns, ring=ring)
     # The same loss may be told both ways (the header's count, a LOST line).
     tr.lost = max(overwritten, lost)
     return tr
@@ -314,8 +342,8 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
-def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None
-          ) -> Trace:
+def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None,
+          *, ring: Ring) -> Trace:
     """Writes, reads, mmiowb() waits, interrupts and returns from the events.
 
     When a write is posted, the fabric first brings its model up to date,
@@ -337,7 +365,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
         w = writes.get(seq)
         if w is None:
             w = writes[seq] = Write(seq, _num(f["cpu"]), _num(f.get("win", "-1")),
-                                    _num(f.get("off", "-1")), _num(f.get("val", "0")))
+                                    _num(f.get("off", "-1")), _num(f.get("val", "0")), ring=ring)
         if "off" in f and w.off < 0:
             w.win, w.off, w.val = _num(f["win"]), _num(f["off"]), _num(f["val"])
         w.lines.append(ev.lineno)
@@ -365,7 +393,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
                 cost = _num(f["cost"])
                 off = _num(f["off"])
                 spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
-                                  f"readl({ring().name(off)}) took {cost} ns",
+                                  f"readl({ring.name(off)}) took {cost} ns",
                                   ev.lineno))
             elif ev.name == "irq_handler_entry":
                 irqs.append(Irq(ev.cpu, ev.ts_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
@@ -376,12 +404,12 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
             raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
     # A doorbell is stale when it arrives after a doorbell posted later.
     newest: dict[int, int] = {}         # window -> the latest seq arrived
-    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring().doorbell),
+    for w in sorted((w for w in writes.values() if w.arrive is not None and w.off == ring.doorbell),
                     key=lambda w: (w.arrive, w.lines[-1])):
         if w.win in newest and w.seq < newest[w.win]:
             w.stale = True
         newest[w.win] = max(newest.get(w.win, -1), w.seq)
-    tr = Trace(header, events, writes, spans, irqs, returns)
+    tr = Trace(header, events, writes, spans, irqs, returns, ring=ring)
     _mark_late(tr)
     return tr
 
@@ -400,7 +428,7 @@ def _mark_late(tr: Trace) -> None:
     irq = tr.card_irq
     if not tr.returns:
         return
-    enables = sorted((w for w in tr.writes.values() if w.off == ring().int_enable and w.lines),
+    enables = sorted((w for w in tr.writes.values() if w.off == tr.ring.int_enable and w.lines),
                      key=lambda w: min(w.lines))
     for i, d in enumerate(enables):
         if d.val != 0 or d.pid < 0:
@@ -425,7 +453,7 @@ def first_reordering(tr: Trace, off: int | None = None) -> tuple[Write, Write] |
 
     Returns (old, new) Writes, or None when no doorbell arrived out of order.
     """
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     arrived = sorted((w for w in tr.writes.values() if w.arrive is not None and w.off == off),
                      key=lambda w: (w.arrive, w.lines[-1]))
     seen: dict[int, list[int]] = {}         # window -> seqs arrived so far, sorted
@@ -438,7 +466,7 @@ def first_reordering(tr: Trace, off: int | None = None) -> tuple[Write, Write] |
     return None
 
 
-def first_late_interrupt(tr: Trace) -> tuple[Write | None, Return, Irq] | None:
+def first_late_interrupt(tr: Trace) -> tuple[Write, Return, Irq] | None:
     """The first late interrupt of the card: (the disabling write, the return of the
     call that posted it, the interrupt), or None."""
     late = next((q for q in tr.irqs if q.late), None)
@@ -446,7 +474,7 @@ def first_late_interrupt(tr: Trace) -> tuple[Write | None, Return, Irq] | None:
         return None
     ret = max((r for r in tr.returns if r.disabled is not None and r.lineno < late.lineno),
               key=lambda r: r.lineno)
-    return ret.disabled, ret, late
+    return ret.disable_write, ret, late
 
 
 def first_early_return(tr: Trace) -> Return | None:
@@ -468,7 +496,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
     way to the device when mmiowb() returned (ordering without arrival).
     Returns (first, second) Writes, or None.
     """
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     ends: dict[int, list[int]] = {}         # CPU -> end times of its barriers, sorted
@@ -482,13 +510,13 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
         if a.cpu == b.cpu or a.win != b.win:
             continue
         cpu_ends = ends.get(a.cpu, [])
-        i = bisect.bisect_left(cpu_ends, a.post)
-        if i == len(cpu_ends) or cpu_ends[i] > b.post:
+        i = bisect.bisect_left(cpu_ends, a.posted)
+        if i == len(cpu_ends) or cpu_ends[i] > b.posted:
             continue
         end = cpu_ends[i]
-        if barrier == "mmiowb" and a.arrive <= end:
+        if barrier == "mmiowb" and a.arrived <= end:
             continue
-        gap = b.post - end
+        gap = b.posted - end
         if best is None or gap < best[0]:
             best = (gap, a, b)
     return (best[1], best[2]) if best else None
@@ -496,7 +524,7 @@ def first_handoff(tr: Trace, barrier: str = "mmiowb", off: int | None = None
 
 def last_crossing(tr: Trace, off: int | None = None) -> tuple[Write, Write] | None:
     """The last two consecutive doorbells posted from different CPUs, or None."""
-    off = ring().doorbell if off is None else off
+    off = tr.ring.doorbell if off is None else off
     dbs = sorted((w for w in tr.writes.values() if w.complete and w.off == off),
                  key=lambda w: w.seq)
     pairs = [(a, b) for a, b in zip(dbs, dbs[1:]) if a.cpu != b.cpu and a.win == b.win]
@@ -524,8 +552,8 @@ def describe_late(d: Write, ret: Return, q: Irq) -> str:
             f"{_us(q.ts - d.arrive)} after it arrived (raised before: the card raises its "
             "interrupt only while it is enabled)")
     return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
-            f"{ret.call} returned {_us(ret.ts - d.post)} later"
-            + (f"; the write reached the card {_us(d.arrive - d.post)} after it was posted"
+            f"{ret.call} returned {_us(ret.ts - d.posted)} later"
+            + (f"; the write reached the card {_us(d.arrived - d.posted)} after it was posted"
                if d.arrive is not None else "; the write had not reached the card when the "
                "trace ends")
             + f"; the card's interrupt (irq {q.irq}) was handled on CPU {q.cpu} "
@@ -534,7 +562,7 @@ def describe_late(d: Write, ret: Return, q: Irq) -> str:
 
 def describe_early_return(d: Write, ret: Return) -> str:
     return (f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq}) and its "
-            f"{ret.call} returned {_us(ret.ts - d.post)} later, "
+            f"{ret.call} returned {_us(ret.ts - d.posted)} later, "
             + (f"{_us(d.arrive - ret.ts)} before the write reached the card"
                if d.arrive is not None else "before the write reached the card (not by the "
                "end of the trace)")
@@ -543,15 +571,15 @@ def describe_early_return(d: Write, ret: Return) -> str:
 
 def describe_handoff(tr: Trace, a: Write, b: Write, barrier: str) -> str:
     span = next(sp for sp in tr.spans if sp.kind == barrier and sp.cpu == a.cpu
-                and a.post <= sp.end <= b.post)
+                and a.posted <= sp.end <= b.posted)
     if barrier == "mmiowb":
         return (f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}) and waited in mmiowb() "
                 f"for {_us(span.end - span.start)}, until the write had entered the bridge; "
                 f"CPU {b.cpu} then took the lock and wrote {b.val} (seq={b.seq}), which "
                 "entered the bridge behind it"
-                + (f", {_us(a.arrive - b.drain)} before {a.val} reached the device: mmiowb() "
+                + (f", {_us(a.arrived - b.drained)} before {a.val} reached the device: mmiowb() "
                    "ordered the writes without waiting for arrival"
-                   if b.drain < a.arrive else ""))
+                   if b.drained < a.arrived else ""))
     return (f"CPU {a.cpu} wrote doorbell {a.val} (seq={a.seq}) and read back from the "
             f"card before unlocking; the read took {_us(span.end - span.start)} and "
             f"returned after the write had arrived; CPU {b.cpu} then took the lock and "
@@ -596,12 +624,12 @@ def find(tr: Trace) -> Finding | None:
         return Finding("late-interrupt", describe_late(d, ret, q),
                        excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=q.lineno),
                        {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
-    ret = first_early_return(tr)
-    if ret:
-        d = ret.disabled
-        return Finding("early-return", describe_early_return(d, ret),
+    early = first_early_return(tr)
+    if early:
+        d = early.disable_write
+        return Finding("early-return", describe_early_return(d, early),
                        excerpt_lines(tr, _with_doorbell_before(tr, d), 0,
-                                     upto=ret.lineno),
+                                     upto=early.lineno),
                        {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     for barrier in ("mmiowb", "read"):
         pair = first_handoff(tr, barrier)
@@ -611,17 +639,17 @@ def find(tr: Trace) -> Finding | None:
                            excerpt_lines(tr, pair, context_writes=0),
                            {a.seq: (f"doorbell {a.val} (seq={a.seq})", ""),
                             b.seq: (f"{b.val} (seq={b.seq})", "")})
-    ret = max((r for r in tr.returns if r.disabled is not None), key=lambda r: r.lineno,
-              default=None)
-    if ret is not None:
-        d = ret.disabled
+    disables = [r for r in tr.returns if r.disabled is not None]
+    if disables:
+        last = max(disables, key=lambda r: r.lineno)
+        d = last.disable_write
         return Finding("disable",
                        f"{d.task or 'a task'} on CPU {d.cpu} wrote 0 to INT_ENABLE (seq={d.seq})"
-                       + (f"; it reached the card {_us(d.arrive - d.post)} later" if d.complete
-                          else "") + f", and its {ret.call} returned "
-                       f"{_us(ret.ts - d.post)} after the write was posted; no interrupt of "
+                       + (f"; it reached the card {_us(d.arrived - d.posted)} later" if d.complete
+                          else "") + f", and its {last.call} returned "
+                       f"{_us(last.ts - d.posted)} after the write was posted; no interrupt of "
                        "the card came after that return",
-                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=ret.lineno),
+                       excerpt_lines(tr, _with_doorbell_before(tr, d), 0, upto=last.lineno),
                        {d.seq: (f"INT_ENABLE=0 (seq={d.seq})", "")})
     pair = last_crossing(tr)
     if pair:
@@ -636,7 +664,7 @@ def find(tr: Trace) -> Finding | None:
 
 def _with_doorbell_before(tr: Trace, w: Write) -> list[Write]:
     """w and the last doorbell posted before it (the commands still in flight)."""
-    db = ring().doorbell
+    db = tr.ring.doorbell
     before = [o for o in tr.writes.values() if o.off == db and o.seq < w.seq and o.lines]
     return [max(before, key=lambda o: o.seq), w] if before else [w]
 
@@ -733,12 +761,12 @@ def focus(tr: Trace, marked: Marked) -> Trace:
     if not chosen:
         return tr
     writes = {seq: tr.writes[seq] for seq in sorted(chosen)}
-    lo = min(w.post for w in writes.values())
-    hi = max(w.arrive for w in writes.values())
+    lo = min(w.posted for w in writes.values())
+    hi = max(w.arrived for w in writes.values())
     returns = [r for r in tr.returns if r.disabled is not None and r.disabled.seq in chosen]
     irqs = [q for q in tr.irqs if q.late]
     spans = [sp for sp in tr.spans if sp.end >= lo and sp.start <= hi]
-    return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost)
+    return Trace(tr.header, tr.events, writes, spans, irqs, returns, tr.lost, ring=tr.ring)
 
 
 def in_words(tr: Trace, marked: Marked) -> list[str]:
@@ -747,20 +775,20 @@ def in_words(tr: Trace, marked: Marked) -> list[str]:
     ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     if not ws:
         return []
-    t0 = min([w.post for w in ws] + [q.ts for q in tr.irqs] + [r.ts for r in tr.returns])
+    t0 = min([w.posted for w in ws] + [q.ts for q in tr.irqs] + [r.ts for r in tr.returns])
 
     def at(t: int) -> str:
         return f"+{(t - t0) / 1000:.2f} \u00b5s"
     out: list[tuple[int, str]] = []
     for w in ws:
-        out.append((w.post, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
-                    f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.post)}, enters "
-                    f"the bridge at {at(w.drain)}"
+        out.append((w.posted, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
+                    f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.posted)}, enters "
+                    f"the bridge at {at(w.drained)}"
                     + (" ahead of an earlier-posted write" if any(
-                        o.overtaken and o.seq < w.seq and o.drain > w.drain for o in ws)
+                        o.overtaken and o.seq < w.seq and o.drained > w.drained for o in ws)
                        and w.seq in marked else "")
                     + (" behind a write posted later (overtaken)" if w.overtaken else "")
-                    + f", reaches the card at {at(w.arrive)}"
+                    + f", reaches the card at {at(w.arrived)}"
                     + (" after a later doorbell (stale)" if w.stale else "") + "."))
     for q in tr.irqs:
         out.append((q.ts, f"the card's interrupt is handled on CPU {q.cpu} at {at(q.ts)}"
@@ -772,7 +800,7 @@ def in_words(tr: Trace, marked: Marked) -> list[str]:
 
 
 def summarize(tr: Trace) -> str:
-    dbs = [w for w in tr.writes.values() if w.off == ring().doorbell]
+    dbs = [w for w in tr.writes.values() if w.off == tr.ring.doorbell]
     card = [q for q in tr.irqs if q.irq == tr.card_irq]
     parts = [f"{len(tr.writes)} writes ({len(dbs)} doorbells)",
              f"{sum(w.stale for w in dbs)} stale doorbells",
@@ -786,12 +814,13 @@ def summarize(tr: Trace) -> str:
 
 
 def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
-         header: Mapping[str, str] | None = None) -> Drawing:
+         header: Mapping[str, str] | None = None, *, ring: Ring) -> Drawing:
     """Find what a recorded trace shows, cut an excerpt around it and draw it.
 
-    header: extra "# key: value" lines for the excerpt (after the trace's own).
+    header: extra "# key: value" lines for the excerpt (after the trace's own);
+    ring: the card's register map (ring(kernel source)).
     """
-    tr = parse(text)
+    tr = parse(text, ring=ring)
     warnings: list[str] = []
     if tr.lost:
         warnings.append(f"the trace buffer was full: its {tr.lost} oldest events were "
@@ -827,7 +856,7 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     excerpt = "\n".join([f"# {k}: {v}" for k, v in head.items()] + outputs + columns[-1:]
                         + [lines[i - 1] for i in keep]) + "\n"
     try:
-        cut = parse(excerpt)
+        cut = parse(excerpt, ring=ring)
         svg = render_svg(cut, title=title, width=width, ident=ident, marked=finding.marked)
         near = focus(cut, finding.marked)
         focus_svg = render_svg(near, title=title, width=width, ident=f"{ident}-f",
@@ -924,7 +953,7 @@ def _nice_step(span_us: float, target: int = 8) -> float:
     return raw
 
 
-def _place_rows(items: list, rows: list[int], row_of: dict[int, int], groups: list[_Group],
+def _place_rows(items: list[Write | _Group], rows: list[int], row_of: dict[int, int], groups: list[_Group],
                 group_of: dict[int, _Group]) -> None:
     """Each item's row into row_of (by seq; a folded group's row for each of its
     writes), and the groups into groups and group_of (a lane's queue or the
@@ -1086,7 +1115,7 @@ def _fold(writes: list[Write], start: Callable[[Write], int], end: Callable[[Wri
     Returns a list of Writes and _Groups."""
     out: list[Write | _Group] = []
     run: list[Write] = []
-    run_end: int | None = None
+    run_end = 0             # when the run so far ends (read only while it holds writes)
 
     def close() -> None:
         if len(run) >= FOLD_MIN:
@@ -1100,7 +1129,6 @@ def _fold(writes: list[Write], start: Callable[[Write], int], end: Callable[[Wri
         if w.seq in keep:
             close()
             out.append(w)
-            run_end = None
             continue
         if run and start(w) < run_end:
             run.append(w)
@@ -1166,7 +1194,7 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     marked: seq -> (label on its queue, label in the bridge) for the writes a
     finding names, highlighted and labelled first; runs of other writes that
     wait together are folded into one labelled bar."""
-    doorbell = ring().doorbell if doorbell is None else doorbell
+    doorbell = tr.ring.doorbell if doorbell is None else doorbell
     L = _layout(tr, title, width, marked or {}, doorbell)
     labels = _Labels(L.width, L.height)
     svg, g, arrow = _draw_frame(L, title, ident, labels)
@@ -1189,22 +1217,22 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
     if len(writes) < 1:
         raise TraceError("no write has a post, a drain and an arrival in this trace")
-    bad = [w for w in writes if not (w.post <= w.drain <= w.arrive)]
+    bad = [w for w in writes if not (w.posted <= w.drained <= w.arrived)]
     if bad:
         w = bad[0]
         raise TraceError(
             f"write seq={w.seq}: post {w.post} ns, drain {w.drain} ns, arrival {w.arrive} ns "
             "are out of order: was the trace recorded with trace_clock 'mono' "
             "(scripts/trace-timeline sets it)?")
-    spans = [s for s in tr.spans if s.end >= writes[0].post and s.start <= writes[-1].arrive]
+    spans = [s for s in tr.spans if s.end >= writes[0].posted and s.start <= writes[-1].arrived]
     card = tr.card_irq
     irqs = [q for q in tr.irqs if card is None or q.irq == card]
     rets = [r for r in tr.returns if r.disabled is not None]
     marks = [q.ts for q in irqs] + [r.ts for r in rets]
     cpus = sorted({w.cpu for w in writes} | {s.cpu for s in spans} | {q.cpu for q in irqs}
                   | {r.cpu for r in rets})
-    t0 = min([w.post for w in writes] + [s.start for s in spans] + marks)
-    t1 = max([w.arrive for w in writes] + [s.end for s in spans] + marks)
+    t0 = min([w.posted for w in writes] + [s.start for s in spans] + marks)
+    t1 = max([w.arrived for w in writes] + [s.end for s in spans] + marks)
     span_ns = max(t1 - t0, 1000)
     narrow = width < NARROW
     left, right = (78 if narrow else 118), (12 if narrow else 24)
@@ -1215,7 +1243,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     def x(t: float) -> float:
         return left + (t - lo_ns) / (hi_ns - lo_ns) * plot_w
 
-    disables = {r.disabled.seq for r in rets}
+    disables = {r.disable_write.seq for r in rets}
     keep = set(marked)
 
     def qlabel_w(w: Write) -> float:
@@ -1228,7 +1256,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     q_groups: list[_Group] = []
     q_group_of: dict[int, _Group] = {}
     for c in cpus:
-        items = _fold([w for w in writes if w.cpu == c], lambda w: w.post, lambda w: w.drain,
+        items = _fold([w for w in writes if w.cpu == c], lambda w: w.posted, lambda w: w.drained,
                       keep, "queue")
         spans_x = []
         for it in items:
@@ -1236,7 +1264,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
                 spans_x.append((x(it.lo) - text_width(f"{len(it.writes)} queued", 11) - 8,
                                 x(it.hi) + 4))
             else:
-                spans_x.append((x(it.post) - qlabel_w(it), x(it.drain) + 4))
+                spans_x.append((x(it.posted) - qlabel_w(it), x(it.drained) + 4))
         rows, n = _rows(spans_x)
         _place_rows(items, rows, q_rows, q_groups, q_group_of)
         q_n[c] = n
@@ -1249,8 +1277,8 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     due: dict[int, int] = {}
     tail = 0
     for w in b_order:
-        tail = due[w.seq] = min(max(w.drain + bridge_ns, tail), w.arrive)
-    items = _fold(b_order, lambda w: w.drain, lambda w: w.arrive, keep, "bridge")
+        tail = due[w.seq] = min(max(w.drained + bridge_ns, tail), w.arrived)
+    items = _fold(b_order, lambda w: w.drained, lambda w: w.arrived, keep, "bridge")
     spans_x = []
     for it in items:
         if isinstance(it, _Group):
@@ -1259,7 +1287,7 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
         else:
             extra = text_width(marked.get(it.seq, ("", "overtaken"))[1] or "", 11, bold=True) \
                 if (it.overtaken or it.seq in marked) else 0
-            spans_x.append((x(it.drain) - 2, max(x(it.arrive) + 2, x(it.drain) + extra + 6)))
+            spans_x.append((x(it.drained) - 2, max(x(it.arrived) + 2, x(it.drained) + extra + 6)))
     rows, b_n = _rows(spans_x)
     b_rows: dict[int, int] = {}
     b_groups: list[_Group] = []
@@ -1429,7 +1457,7 @@ def _draw_interrupts(g: ET.Element, L: _Layout, labels: _Labels) -> None:
         colour = CPU_COLOURS[r.cpu % 4]
         item = _el(g, "g", class_="mmiosim-return")
         _el(item, "title", f"{r.task}: {r.call} returns (it posted INT_ENABLE=0, seq "
-            f"{r.disabled.seq}; trace line {r.lineno})")
+            f"{r.disable_write.seq}; trace line {r.lineno})")
         _el(item, "line", x1=_f(xr), y1=top + 2, x2=_f(xr), y2=top + hgt - 2, stroke=colour,
             stroke_width="1.5", stroke_dasharray="4 2")
         labels.place(item, f"{r.call} returns", [(xr + 3, top + 11, "start"),
@@ -1463,9 +1491,10 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
     dev_region = (0, dev_top, L.width, dev_top + dev_h)
     dy = dev_top + 16
     # The interrupt disables whose call returned (and those a late interrupt followed).
-    disables = {r.disabled.seq for r in L.rets}
-    too_late = {r.disabled.seq for r in L.rets if any(q.late and q.lineno > r.lineno for q in L.irqs)
-                or r.disabled.arrive is None or r.disabled.arrive > r.ts}
+    disables = {r.disable_write.seq for r in L.rets}
+    too_late = {r.disable_write.seq for r in L.rets
+                if any(q.late and q.lineno > r.lineno for q in L.irqs)
+                or r.disable_write.arrive is None or r.disable_write.arrived > r.ts}
 
     def qy(w: Write) -> int:
         top, _ = L.lane[("cpu", w.cpu)]
@@ -1485,21 +1514,22 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
         top, hgt = L.lane[("cpu", w.cpu)]
         qg, bg = L.q_group_of.get(w.seq), L.b_group_of.get(w.seq)
         wy, wb = qy(w), by(w)
-        xp, xd, xa = L.x(w.post), L.x(w.drain), L.x(w.arrive)
+        xp, xd, xa = L.x(w.posted), L.x(w.drained), L.x(w.arrived)
         reg = w.reg
         mark = L.marked.get(w.seq)
         classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
             (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "") + \
             (" marked" if mark else "") + (" folded" if qg or bg else "")
-        late = w.post_ts - w.post > 1000
+        post_ts = w.posted if w.post_ts is None else w.post_ts     # set with post: never None
+        late = post_ts - w.posted > 1000
         tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
-               f"posted at +{(w.post - L.t0) / 1000:.2f} \u00b5s"
+               f"posted at +{(w.posted - L.t0) / 1000:.2f} \u00b5s"
                + (" or a little earlier (its trace line, recorded after the fabric delivered "
-                  f"earlier writes, says +{(w.post_ts - L.t0) / 1000:.2f} \u00b5s)" if late else "")
+                  f"earlier writes, says +{(post_ts - L.t0) / 1000:.2f} \u00b5s)" if late else "")
                + f", enters the bridge at "
-               f"+{(w.drain - L.t0) / 1000:.2f} \u00b5s"
+               f"+{(w.drained - L.t0) / 1000:.2f} \u00b5s"
                + (" behind a write posted later (overtaken)" if w.overtaken else "")
-               + f", arrives at +{(w.arrive - L.t0) / 1000:.2f} \u00b5s"
+               + f", arrives at +{(w.arrived - L.t0) / 1000:.2f} \u00b5s"
                + (" after a later doorbell (stale)" if w.stale else ""))
         item = _el(g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
                    data_off=f"{w.off:#x}", data_val=w.val)
@@ -1592,7 +1622,7 @@ def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int,
                      style=f"fill:{colour}", region=(0, b_top + 12, L.width, b_top + b_h))
         dbs = [w for w in ws if w.off == doorbell]
         if dbs:
-            xa = sum(L.x(w.arrive) for w in dbs) / len(dbs)
+            xa = sum(L.x(w.arrived) for w in dbs) / len(dbs)
             stale = sum(w.stale for w in dbs)
             txt = (f"sees {dbs[0].val}\u2026{dbs[-1].val}" if len(dbs) > 1 else
                    f"sees {dbs[0].val}") + (f" ({stale} stale)" if stale else "")

@@ -66,18 +66,11 @@ class VMError(MmiolabError):
     """The VM could not be started at all (no kernel, no QEMU)."""
 
 
-def __getattr__(name: str) -> str:
-    # KERNEL, from the environment when asked (tests): kernel.tree().bzimage.
-    if name == "KERNEL":
-        return kernel.tree().bzimage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass
 class VMConfig:
     """One guest's options. What is left empty comes from the kit's Config:
-    VMConfig.from_config(cfg, ...) passes the command's, VMConfig(...) builds
-    one from the environment (MMIOLAB_SMP, MMIOLAB_MEM, MMIOLAB_ACCEL...)."""
+    VMConfig.from_config(cfg, ...) passes the command's (VMConfig(config=cfg,
+    ...) is the same); without one, every field must be given."""
     kernel: str = ""              # the config's kernel (kernel.tree(cfg))
     initrd: str = ""              # the base initramfs
     smp: int = 0                  # 2
@@ -100,7 +93,10 @@ class VMConfig:
         if self.kernel and self.initrd and self.smp and self.memory and self.accel \
                 and self.build and self.monitor is not None:
             return
-        cfg = config or Config.from_env()
+        if config is None:
+            raise TypeError("VMConfig: pass the kit's Config (VMConfig.from_config(cfg, ...)) "
+                            "for the options left empty")
+        cfg = config
         self.kernel = self.kernel or kernel.tree(cfg).bzimage
         self.initrd = self.initrd or initramfs.base(cfg)
         self.smp = self.smp or cfg.smp
@@ -267,15 +263,14 @@ def qemu_value(text: str) -> str:
     return text.replace(",", ",,")
 
 
-def run(command: str, files: dict[str, str | bytes] | None = None,
-        cfg: VMConfig | None = None, log_dir: str | None = None,
+def run(command: str, files: dict[str, str | bytes] | None = None, *,
+        cfg: VMConfig, log_dir: str | None = None,
         accel: str | None = None) -> RunResult:
     """Boot the guest, run `command` (a shell command line) in it, power off.
 
     files maps guest paths to host paths or bytes; they are added to the
     initramfs for this run only.
     """
-    cfg = cfg or VMConfig()
     accel = accel or choose_accel(cfg)
     if log_dir is None:
         return _run_in(command, files, cfg, tempfile.mkdtemp(prefix="vm-", dir=_runs_dir(cfg)),
@@ -766,13 +761,12 @@ class _MarkerWatch:
         return self.found
 
 
-def interactive(cfg: VMConfig | None = None, files: dict[str, str | bytes] | None = None,
+def interactive(cfg: VMConfig, files: dict[str, str | bytes] | None = None,
                 log_dir: str | None = None) -> int:
     """The lab VM on this terminal; Ctrl-A X leaves it. The console is logged to
     LOG_DIR/console.log; the guest's second serial port (/dev/ttyS1, where the
     guest's record helper sends its traces) to LOG_DIR/channel.log. files are
     added to the initramfs, as for run()."""
-    cfg = cfg or VMConfig()
     accel = choose_accel(cfg)
     log_dir = log_dir or os.path.join(cfg.build, "vm")
     os.makedirs(log_dir, exist_ok=True)

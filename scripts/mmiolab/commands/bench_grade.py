@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             print(f"bench-grade: lab {spec.name} has no reference solution", file=sys.stderr)
             return 2
         lab.guest_programs(spec, cfg)
-        spec.solution_source(sol)
+        spec.solution_source(sol, cfg)
         todo.append((spec, sol))
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
                           capture_output=True, text=True).stdout.strip()

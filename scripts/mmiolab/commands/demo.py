@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             r = grade_one(spec, os.path.join(DOORBELL, "starter", "ringdrv.c"), "starter", opts)
             ok &= show(r, want_pass=False, cfg=cfg)
         with step("grade the reference solution, mmiowb() before unlock (must pass)"):
-            r = grade_one(spec, spec.solution_source("mmiowb"), "solution-mmiowb", opts)
+            r = grade_one(spec, spec.solution_source("mmiowb", cfg), "solution-mmiowb", opts)
             ok &= show(r, want_pass=True, cfg=cfg)
         with step("build the docs"):
             subprocess.run(["make", "-s", "-C", ROOT, "docs"], check=True)

@@ -29,5 +29,6 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     out = args.out or packer.default_out(cfg)
     return pack_each("gradescope", args.lab or labspec.lab_names(),
                      lambda name: str(packer.pack(labspec.load_lab(name), out,
-                                                  allow_unconfined=args.allow_unconfined_build)),
+                                                  allow_unconfined=args.allow_unconfined_build,
+                                                  cfg=cfg)),
                      lambda path: f"{path} ({os.path.getsize(path) >> 10} KiB)")

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             site = handout.build_site(os.path.join(out, "site"), cfg)
         built = handout.prebuilt(cfg=cfg)
         for spec in specs:
-            path = handout.pack(spec, site, out, built=built)
+            path = handout.pack(spec, site, out, built=built, cfg=cfg)
             with tarfile.open(path) as tar:
                 n = len(tar.getmembers())
             print(f"mmiolab: handout {spec.name}: {path} ({n} files, "

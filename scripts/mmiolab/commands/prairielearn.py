@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     return pack_each("prairielearn", args.lab or labspec.lab_names(),
                      lambda name: str(packer.pack(labspec.load_lab(name), out,
                                                   image=args.image.replace("{lab}", name),
-                                                  allow_unconfined=args.allow_unconfined_build)),
+                                                  allow_unconfined=args.allow_unconfined_build,
+                                                  cfg=cfg)),
                      lambda path: f"{path}/question (the course's questions/), "
                                   f"{path}/grader-image (docker build)")

@@ -33,10 +33,10 @@ def draw(args: argparse.Namespace, cfg: Config) -> int:
     spec = labspec.load_lab(args.lab) if args.lab else None
     if spec is None and not args.file:
         raise explore.ExploreError("say which lab (--lab LAB) or which recording (FILE)")
-    text, path = explore.find_recording(spec, args.rec, args.file, cfg)
-    drawn = explore.draw_file(text, path)
+    text, path = explore.find_recording(spec, args.rec, args.file, cfg=cfg)
+    drawn = explore.draw_file(text, path, cfg=cfg)
     d = drawn.drawing
-    cmd = explore._head(text, "command")
+    cmd = explore.header_value(text, "command")
     print(f"mmiolab: timeline of {explore.shown_path(path)}" + (f" (record {cmd})" if cmd else ""))
     for w in d.warnings:
         print(f"mmiolab: warning: {w}")
@@ -50,7 +50,7 @@ def draw(args: argparse.Namespace, cfg: Config) -> int:
         print("What the picture shows first:")
         print("\n".join(f"  {s}" for s in d.words))
     body = [ln for ln in d.excerpt.splitlines() if not ln.startswith("# ") or "TASK-PID" in ln]
-    print(f"The trace around it ({explore._head(d.excerpt, 'excerpt')}):")
+    print(f"The trace around it ({explore.header_value(d.excerpt, 'excerpt')}):")
     print("\n".join(body))
     print(f"mmiolab: picture: {explore.shown_path(drawn.html)} (the SVG alone: "
           f"{os.path.basename(drawn.svg)}; the excerpt: {os.path.basename(drawn.excerpt)})")

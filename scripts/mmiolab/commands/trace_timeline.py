@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from .. import ROOT, explore, timeline, vm
+from .. import ROOT, explore, kernel, timeline, vm
 from ..config import Config
 from ..lab import BuildFailed, build_driver, guest_programs
 from ..labspec import load_lab
@@ -77,7 +77,7 @@ def record(name: str, solution: str, source: str, cmds: int, accel: str | None, 
     lab = load_lab("doorbell")
     work = os.path.join(cfg.build, "trace-timeline", name)
     os.makedirs(work, exist_ok=True)
-    path = lab.solution_source(solution) if solution else lab.starter
+    path = lab.solution_source(solution, cfg) if solution else lab.starter
     build = build_driver(lab, path, os.path.join(work, "module"), cfg=cfg)
     files: dict[str, str | bytes] = {"/job/ringdrv.ko": build.ko,
                                      "/job/driver": f"{source}\n".encode(),
@@ -122,12 +122,12 @@ def recorded(name: str, cfg: Config) -> tuple[str, dict[str, str]]:
 
 
 def excerpt(name: str, source: str, want: str, trace: str,
-            meta: dict[str, str]) -> timeline.Drawing:
+            meta: dict[str, str], ring: timeline.Ring) -> timeline.Drawing:
     header = {"mmiolab": "a recorded run of the lab kernel: an excerpt of "
                          "/sys/kernel/tracing/trace",
               "recorded_by": "/usr/bin/python3 scripts/trace-timeline (re-record with it)",
               "date": datetime.date.today().isoformat(), "driver": source, **meta}
-    d = timeline.draw(trace, title=name, header=header)
+    d = timeline.draw(trace, title=name, header=header, ring=ring)
     if d.finding is None or d.finding.kind != want:
         got = d.finding.text if d.finding else "nothing"
         if want == "stale-doorbell":
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
             return 2
         if args.print_trace:
             sys.stdout.write(trace)
-        d = excerpt(name, source, want, trace, meta)
+        d = excerpt(name, source, want, trace, meta, timeline.ring(kernel.tree(cfg).src))
         text = docs_excerpt(d)
         out = os.path.join(args.out, f"{name}-trace.txt")
         with open(out, "w") as f:

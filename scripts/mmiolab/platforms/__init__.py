@@ -7,7 +7,7 @@ its templates in templates/, a subcommand that packs it, and one line below.
 from __future__ import annotations
 
 from . import gradescope, prairielearn
-from .base import Platform
+from .base import Container, Platform
 
 PLATFORMS: dict[str, Platform] = {p.name: p for p in (gradescope.PLATFORM,
                                                       prairielearn.PLATFORM)}
@@ -21,4 +21,4 @@ def platform(name: str) -> Platform:
         raise KeyError(f"no grading platform {name!r} (known: {', '.join(PLATFORMS)})") from None
 
 
-__all__ = ["PLATFORMS", "Platform", "platform"]
+__all__ = ["PLATFORMS", "Container", "Platform", "platform"]

@@ -23,6 +23,34 @@ from ..model import GradeResult
 
 
 @dataclass(frozen=True)
+class Container:
+    """How a platform runs a grading job's container by default: its CPU share,
+    memory and processes, its time limit, and whether it builds the image under
+    the same limits (on its own machines). scripts/containers runs the kit in
+    Docker with these; the numbers and their sources are in each platform's
+    folder."""
+    cpus: float                # docker run --cpus
+    memory: str                # --memory (768m, 2g)
+    timeout: int               # seconds a job may take before it is killed
+    swap: str = ""             # --memory-swap ("": Docker's default)
+    pids: int = 0              # --pids-limit (0: Docker's default)
+    build_limited: bool = False
+
+    def run_flags(self) -> tuple[str, ...]:
+        """docker run's options for these limits."""
+        return (f"--cpus={self.cpus:g}", f"--memory={self.memory}",
+                *([f"--memory-swap={self.swap}"] if self.swap else []),
+                *([f"--pids-limit={self.pids}"] if self.pids else []))
+
+    def build_flags(self) -> tuple[str, ...]:
+        """docker build's (the legacy builder takes a CPU quota, not --cpus)."""
+        if not self.build_limited:
+            return ()
+        return ("--cpu-period=100000", f"--cpu-quota={round(self.cpus * 100000)}",
+                f"--memory={self.memory}")
+
+
+@dataclass(frozen=True)
 class Platform:
     """One grading platform's contract with the grader in its container."""
     name: str                  # --platform NAME; what results and gradebooks call it
@@ -33,12 +61,12 @@ class Platform:
     write_results: Callable[[GradeResult, str], bool]   # whether it wrote the file
     problems: Callable[[Any], list[str]]     # what in a results document it would refuse
     pack_module: str           # its packer (pack(spec, out_dir, ...), default_out(cfg))
-    time_limit: int            # seconds it gives one grading job by default
+    container: Container       # its grading container's default limits
 
     def budget(self, cfg: Config) -> int:
         """Seconds one grading may take here: the limit the instructor set
         (MMIOLAB_TIME_LIMIT), else the platform's default."""
-        return cfg.time_limit or self.time_limit
+        return cfg.time_limit or self.container.timeout
 
     def root(self, cfg: Config) -> str:
         value: str = getattr(cfg, self.root_setting)

@@ -18,8 +18,9 @@ find labs -mindepth 2 -maxdepth 2 -name hidden -type d -exec chmod -R go-rwx {} 
 # bubblewrap cannot work and the jail confines the builds), and tell the
 # instructor now (in the image's build log) how builds will be confined.
 /usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts")
+from mmiolab.config import Config
 from mmiolab.lab import setup_confinement
-print(setup_confinement()[1])'
+print(setup_confinement(Config.from_env())[1])'
 # How fast this image runs the lab guest, and how long a submission will take
 # here against Gradescope's default limit of 10 minutes (a short guest). Where
 # the image is built on a machine other than the grading one, it says so of

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...model import NOT_CHARGED, GradeResult
 from ...report import write_results_json
-from ..base import Platform
+from ..base import Container, Platform
 
 
 # The fields and words of Gradescope's results.json specification
@@ -100,6 +100,7 @@ PLATFORM = Platform(
     student="submission", results="results/results.json",
     write_results=write_results, problems=problems,
     pack_module=__name__ + ".pack",
-    # Gradescope's default autograder timeout, 10 minutes (its troubleshooting
-    # page: "It took longer than 600 seconds to run"); an instructor may raise it.
-    time_limit=600)
+    # Gradescope's troubleshooting page: half a CPU, 768 MB, 10 minutes by
+    # default. Gradescope builds the image on its own machines, so the build
+    # gets the same limits.
+    container=Container(cpus=0.5, memory="768m", timeout=600, build_limited=True))

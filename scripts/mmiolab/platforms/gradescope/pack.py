@@ -68,7 +68,8 @@ def read_member(root: str, path: str, carrier: str) -> tuple[bytes, str] | None:
     return data, src
 
 
-def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool = False) -> str:
+def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool = False, *,
+         cfg: Config) -> str:
     """Write out_dir/mmiolab-LAB-autograder.zip (atomically); returns its path."""
     when = time.localtime(max(kit_time(root), 315532800))[:6]      # zip dates start in 1980
     entries: list[tuple[str, bytes, int]] = []
@@ -77,7 +78,7 @@ def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool =
         if member is not None:
             data, src = member
             entries.append((path, data, 0o755 if os.access(src, os.X_OK) else 0o644))
-    built = prebuilt(root)
+    built = prebuilt(root, cfg=cfg)
     for name, src in built.files:
         with open(src, "rb") as f:
             entries.append((name, f.read(), 0o755 if os.access(src, os.X_OK) else 0o644))
@@ -100,5 +101,5 @@ def pack(spec: LabSpec, out_dir: str, root: str = ROOT, allow_unconfined: bool =
     return final
 
 
-def default_out(cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "gradescope")
+def default_out(cfg: Config) -> str:
+    return os.path.join(cfg.build, "gradescope")

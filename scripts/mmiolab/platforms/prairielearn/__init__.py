@@ -55,9 +55,10 @@ import base64
 import json
 from typing import Any
 
-from ...model import _WHY, NOT_CHARGED, TOO_SLOW, GradeResult, _num, atomic_write
-from ...report import _clean_obj, _clean_text, summary_text
-from ..base import Platform
+from ...model import (NOT_CHARGED, TOO_SLOW, WHY, GradeResult, atomic_write, cap_text, clean_obj,
+                      clean_text, shown_number)
+from ...report import summary_text
+from ..base import Container, Platform
 
 # grader-host refuses results.json over 1 MiB; leave room for what it adds.
 MAX_RESULTS_BYTES = 900 << 10
@@ -67,13 +68,6 @@ MAX_MESSAGE = 2 << 10
 MAX_IMAGE_BYTES = 256 << 10
 HIDDEN_MESSAGE = "hidden test: output held back"
 HIDDEN_NAME = "hidden tests"
-
-
-def _cap(text: str, limit: int) -> str:
-    text = _clean_text(text)
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
 
 
 def _svg_image(html_text: str) -> list[dict[str, str]]:
@@ -105,12 +99,12 @@ def results_json(result: GradeResult) -> dict[str, Any]:
     tests: list[dict[str, Any]] = []
     for t in shown:
         if t.status != "passed":
-            said = f"{t.status}: {_WHY[t.status]}"
+            said = f"{t.status}: {WHY[t.status]}"
         else:
             said = "passed" if t.score >= t.max_score else "passed, with part of the points"
-        entry = {"name": t.name, "description": _cap(t.description, MAX_MESSAGE),
+        entry = {"name": t.name, "description": cap_text(clean_text(t.description), MAX_MESSAGE),
                  "points": t.score, "max_points": t.max_score,
-                 "message": said, "output": _cap(t.output, MAX_TEST_OUTPUT)}
+                 "message": said, "output": cap_text(clean_text(t.output), MAX_TEST_OUTPUT)}
         if t.html:
             entry["images"] = _svg_image(t.html)
         tests.append(entry)
@@ -122,7 +116,7 @@ def results_json(result: GradeResult) -> dict[str, Any]:
                       "message": HIDDEN_MESSAGE, "output": ""})
     gradable = result.verdict not in NOT_CHARGED
     if gradable:
-        message = (f"mmiolab {result.lab}: {_num(result.score)}/{_num(most)}"
+        message = (f"mmiolab {result.lab}: {shown_number(result.score)}/{shown_number(most)}"
                    + ("" if result.verdict == "graded" else
                       f" (not graded in the guest: {result.verdict})"))
     elif result.verdict == TOO_SLOW:
@@ -136,10 +130,10 @@ def results_json(result: GradeResult) -> dict[str, Any]:
         "gradable": gradable,
         "score": score if gradable else 0.0,
         "message": message,
-        "output": _cap(_summary(result), MAX_OUTPUT),
+        "output": cap_text(clean_text(_summary(result)), MAX_OUTPUT),
         "tests": tests,
     }
-    return _fit(_clean_obj(doc))
+    return _fit(clean_obj(doc))
 
 
 # summary_text's words for Gradescope, whose hidden tests appear when grades are published;
@@ -164,9 +158,9 @@ def _fit(doc: dict[str, Any]) -> dict[str, Any]:
     limit = MAX_TEST_OUTPUT
     while size() > MAX_RESULTS_BYTES and limit > 256:
         limit //= 4
-        doc["output"] = _cap(doc["output"], limit * 4)
+        doc["output"] = cap_text(clean_text(doc["output"]), limit * 4)
         for t in doc["tests"]:
-            t["output"] = _cap(t["output"], limit)
+            t["output"] = cap_text(clean_text(t["output"]), limit)
     return doc
 
 
@@ -203,6 +197,8 @@ PLATFORM = Platform(
     student="student", results="results/results.json",
     write_results=write_results, problems=problems,
     pack_module=__name__ + ".pack",
-    # PrairieLearn's cap on a job's run time (docs/externalGrading.md: "cannot
-    # exceed 600 seconds"), which the question's info.json asks for (pack.TIMEOUT).
-    time_limit=600)
+    # grader-host's defaults (apps/grader-host/src/lib/config.ts, above): 0.9
+    # of a CPU, 2 GiB and no swap, 1024 processes; a job's time "cannot exceed
+    # 600 seconds" (docs/externalGrading.md), the question's timeout (pack.py).
+    # The instructor builds the image: no limits there.
+    container=Container(cpus=0.9, memory="2g", timeout=600, swap="2g", pids=1024))

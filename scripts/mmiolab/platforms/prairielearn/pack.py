@@ -24,9 +24,8 @@ from ...template import fill
 from ..gradescope.pack import read_member, zip_members
 from . import PLATFORM
 
-# The job's run time info.json asks for: PrairieLearn's cap, which the grader
-# in the container keeps to (the platform's time_limit).
-TIMEOUT = PLATFORM.time_limit
+# The question's timeout: PrairieLearn's cap on a job's run time (PLATFORM.container).
+TIMEOUT = PLATFORM.container.timeout
 # No registry resolves .invalid (RFC 2606): an info.json nobody edited fails to pull,
 # instead of pulling someone else's image.
 DEFAULT_IMAGE = "example.invalid/mmiolab-grader-{lab}"
@@ -64,7 +63,7 @@ def _hidden_dir(spec: Any) -> str:
 
 
 def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
-         allow_unconfined: bool = False) -> str:
+         allow_unconfined: bool = False, *, cfg: Config) -> str:
     """Write out_dir/LAB/ (replacing it): question/ for the course's questions/
     folder, grader-image/ to build the image from. Returns out_dir/LAB."""
     final = os.path.join(out_dir, spec.name)
@@ -74,7 +73,7 @@ def pack(spec: Any, out_dir: str, root: str = ROOT, image: str = "",
     image_dir = os.path.join(tmp, "grader-image")
     kit = os.path.join(image_dir, "kit")
     has_hidden = _put_kit_files(spec, root, kit, os.path.join(question, "tests", "hidden"))
-    _put_prebuilt(root, kit)
+    _put_prebuilt(root, kit, cfg)
     _put_question(spec, question, image or DEFAULT_IMAGE.format(lab=spec.name))
     _put_image_files(spec, image_dir, has_hidden, allow_unconfined)
     shutil.rmtree(final, ignore_errors=True)
@@ -115,10 +114,10 @@ def _put_kit_files(spec: Any, root: str, kit: str, hidden_out: str) -> bool:
     return has_hidden
 
 
-def _put_prebuilt(root: str, kit: str) -> None:
+def _put_prebuilt(root: str, kit: str, cfg: Config) -> None:
     """The lab kernel and initramfs, built (as the Gradescope zip carries them):
     the image builds no kernel."""
-    built = prebuilt(root)
+    built = prebuilt(root, cfg=cfg)
     for name, src in built.files:
         os.makedirs(os.path.dirname(os.path.join(kit, name)), exist_ok=True)
         shutil.copyfile(src, os.path.join(kit, name))
@@ -161,5 +160,5 @@ def _put_image_files(spec: Any, image_dir: str, has_hidden: bool,
         entrypoint=ENTRYPOINT).encode())
 
 
-def default_out(cfg: Config | None = None) -> str:
-    return os.path.join((cfg or Config.from_env()).build, "prairielearn")
+def default_out(cfg: Config) -> str:
+    return os.path.join(cfg.build, "prairielearn")
