@@ -50,7 +50,8 @@ class GuestCpuTest(unittest.TestCase):
         """The library's line, as a harness run on the faked guest prints it,
         is what guest_cpu reads (the fake reads the host's /proc/stat)."""
         spec = load_lab("doorbell")
-        g = FakeGuest(spec.module, ["ringtest"])
+        g = FakeGuest(spec.module, [n[:-2] for n in os.listdir(os.path.join(spec.dir, "tests"))
+                                    if n.endswith(".c")])
         self.addCleanup(g.close)
         g.write("job/nonce", NONCE + "\n")
         with open(os.path.join(spec.dir, "tests", "harness.sh")) as f:
