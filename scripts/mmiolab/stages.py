@@ -384,6 +384,11 @@ NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no r
                     "no mmiowb()): read how the fix orders the doorbell")
 
 
+FABRIC_CHANGED = ("the fabric's settings changed while the driver was loaded, which the "
+                  "kernel keeps read-only and no honest driver touches; the race verdict "
+                  "cannot be trusted: ")
+
+
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
                  fraction: float = 1.0) -> model.TestOutcome:
     """A test the host decides (the build, a clean console), scored."""
@@ -474,6 +479,9 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
     if any(ktest.values().get("flush") == "none" and ktest.status.ok
            for g in spec.ktap_tests if (ktest := parsed.root.find(g.name)) is not None):
         flags.append(NO_VISIBLE_FLUSH)
+    for where, run_seen in (("", seen), ("the hidden tests' run: ", ran.hidden_seen)):
+        if run_seen is not None and run_seen.fabric_changed:
+            flags.append(FABRIC_CHANGED + where + run_seen.fabric_changed)
     if hidden_trouble:
         for t in tests:
             if spec.test(t.name).source != "hidden":
