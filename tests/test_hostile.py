@@ -32,6 +32,7 @@ from mmiolab import BUILD, ROOT, jail, kernel, labspec, sandbox
 from mmiolab.config import Config
 from mmiolab.grade import GradeOptions, entries_for, grade_batch
 from mmiolab.lab import confinement, kernel_tree, scratch_root
+from mmiolab.model import TOO_SLOW
 from vmtest import report
 
 LAB = os.path.join(ROOT, "labs", "doorbell")
@@ -1242,8 +1243,13 @@ class Integrity24Test(unittest.TestCase):
                 extra = doc["extra_data"]["mmiolab"]
                 rows.append(f"{c.label[:70]:70} {extra['verdict']:18} {doc['score']:5.1f} "
                             f"{extra['execution_time']:5.1f}s")
-                self.assertEqual(extra["verdict"], c.verdict, summary)
-                if c.verdict != "graded":
+                if c.verdict == GRADED_EVEN_IF_SLOW:
+                    # What is checked is the visible run's: a host too busy
+                    # for the hidden run's time limit does not decide it.
+                    self.assertIn(extra["verdict"], ("graded", TOO_SLOW), summary)
+                else:
+                    self.assertEqual(extra["verdict"], c.verdict, summary)
+                if c.verdict not in ("graded", GRADED_EVEN_IF_SLOW):
                     self.assertEqual(doc["score"], 0, summary)
                 if c.check:
                     c.check(self, doc, summary, os.path.join(self.out, c.sid))
@@ -1312,6 +1318,21 @@ def poke_model_in_probe() -> str:
 """, decl="#include <linux/mmiosim.h>\n")
 
 
+def poke_model_from_a_kernel_pointer() -> str:
+    """The byte reached from a pointer the kernel handed the driver (its misc
+    device's class, in the kernel image's read-only data), with no symbol
+    and no cast: what the source review sees is field accesses and a
+    memcpy()."""
+    return post_adds(f"""
+const struct class *cls = rd->misc.this_device->class;
+char *model;
+
+memcpy(&model, &cls, sizeof(model));
+model += {kernel_offset("settings", "misc_class")};
+memset(model + offsetof(struct mmiosim_params, lock_2004), 0, 1);
+""", decl="#include <linux/mmiosim.h>\n")
+
+
 def set_model_by_address() -> str:
     """The model changed the way the kernel still allows, through the
     fabric's own mmiosim_set_params(), called at an address computed from an
@@ -1336,6 +1357,9 @@ READ_ONLY_FAULT = ("#PF: supervisor write access in kernel mode",
                    "#PF: error_code(0x0003) - permissions violation")
 
 
+GRADED_EVEN_IF_SLOW = "graded, or too slow in the hidden run"
+
+
 def corpus33() -> list[Case]:
     """Issue 33's first point: a module that changes the fabric's settings
     must not pass unseen, wherever the change is made and however its
@@ -1348,11 +1372,16 @@ def corpus33() -> list[Case]:
         Case("racy starter pokes the model from probe() through a union: the store faults",
              "graded", c_file(poke_model_in_probe()),
              all_of(scores(race=0), console_says(*READ_ONLY_FAULT)), vm=True),
+        Case("racy starter pokes the model from ringdrv_post(), walking from its misc "
+             "device's class: the store faults", "graded",
+             c_file(poke_model_from_a_kernel_pointer()),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT)), vm=True),
         Case("racy starter calls mmiosim_set_params() at a computed address: runs, flagged",
-             "graded", c_file(set_model_by_address()),
+             GRADED_EVEN_IF_SLOW, c_file(set_model_by_address()),
              flagged("the fabric's settings changed while the driver was loaded",
                      "locking 2004 -> 5.2"), vm=True),
-        Case("a correct fix: the settings read again after each run, no flag", "graded",
+        Case("a correct fix: the settings read again after each run, no flag",
+             GRADED_EVEN_IF_SLOW,
              c_file(solution()),
              all_of(scores(race=race), not_flagged("the fabric's settings changed")), vm=True),
     ]
@@ -1364,7 +1393,7 @@ class Integrity33Test(Integrity24Test):
     corpus = staticmethod(corpus33)
 
     def test_corpus(self):
-        self.assertEqual(len(self.cases), 4)
+        self.assertEqual(len(self.cases), 5)
 
     def test_flags_in_the_gradebook(self):
         import csv
