@@ -284,6 +284,15 @@ class FabricSettingsTest(unittest.TestCase):
         self.assertIn("locking 2004 -> (unreadable)", self.changed(
             "  # mmiolab fabric: set_seed=1 cat: can't open '/sys/kernel/debug/mmiosim/params'"))
 
+    def test_a_faulted_store_is_named(self):
+        console = ("BUG: unable to handle page fault for address: ffffffff816fe3a4\n"
+                   "mmiosim: 0xffffffff816fe3a4 is in the fabric's model, read-only after "
+                   "boot: a store there would change how writes are ordered\n")
+        self.assertEqual(guestout.fabric_changed([BEGIN], console),
+                         "a store to them faulted (the console log's oops)")
+        self.assertEqual(guestout.read(tagged(BEGIN), console, NONCE).fabric_changed,
+                         "a store to them faulted (the console log's oops)")
+
     def test_no_baseline_no_verdict(self):
         """Without the begin line's settings there is nothing to compare with
         (a harness that never began reports its tests missing anyway)."""

@@ -1358,6 +1358,8 @@ READ_ONLY_FAULT = ("#PF: supervisor write access in kernel mode",
 
 
 GRADED_EVEN_IF_SLOW = "graded, or too slow in the hidden run"
+# The flag of a run whose store to the fabric's model faulted.
+FAULTED_STORE = ("tampered with the fabric's settings", "a store to them faulted")
 
 
 def corpus33() -> list[Case]:
@@ -1368,22 +1370,26 @@ def corpus33() -> list[Case]:
     return [
         Case("racy starter pokes one byte of the fabric's model from ringdrv_post(): "
              "the store faults", "graded", c_file(poke_model_in_post()),
-             all_of(scores(race=0), console_says(*READ_ONLY_FAULT)), vm=True),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
         Case("racy starter pokes the model from probe() through a union: the store faults",
              "graded", c_file(poke_model_in_probe()),
-             all_of(scores(race=0), console_says(*READ_ONLY_FAULT)), vm=True),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
         Case("racy starter pokes the model from ringdrv_post(), walking from its misc "
              "device's class: the store faults", "graded",
              c_file(poke_model_from_a_kernel_pointer()),
-             all_of(scores(race=0), console_says(*READ_ONLY_FAULT)), vm=True),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
         Case("racy starter calls mmiosim_set_params() at a computed address: runs, flagged",
              GRADED_EVEN_IF_SLOW, c_file(set_model_by_address()),
-             flagged("the fabric's settings changed while the driver was loaded",
-                     "locking 2004 -> 5.2"), vm=True),
+             flagged("the driver tampered with the fabric's settings", "locking 2004 -> 5.2"),
+             vm=True),
         Case("a correct fix: the settings read again after each run, no flag",
              GRADED_EVEN_IF_SLOW,
              c_file(solution()),
-             all_of(scores(race=race), not_flagged("the fabric's settings changed")), vm=True),
+             all_of(scores(race=race), not_flagged("tampered with the fabric's settings")),
+             vm=True),
     ]
 
 
@@ -1401,4 +1407,4 @@ class Integrity33Test(Integrity24Test):
             rows = {r["student"]: r for r in csv.DictReader(f)}
         self.assertEqual(sorted(rows), sorted(c.sid for c in self.cases))
         caller = next(c for c in self.cases if "computed address" in c.label)
-        self.assertIn("the fabric's settings changed", rows[caller.sid]["flags"])
+        self.assertIn("tampered with the fabric's settings", rows[caller.sid]["flags"])

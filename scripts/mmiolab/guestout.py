@@ -31,6 +31,9 @@ HARNESS_INFO = "# mmiolab harness: "
 # (vm/harness-lib.sh: fabric_line), and those of them that decide how
 # writes are ordered: the kernel's names in its params file.
 FABRIC_LINE = "# mmiolab fabric: "
+# What the fabric's die notifier prints when a store to its read-only model
+# faults (patches/0007: mmiosim_die()).
+MODEL_STORE = "is in the fabric's model, read-only after boot"
 FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
                    "stall_ns", "stall_ppm")
 
@@ -66,13 +69,16 @@ def _settings(line: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in line.split() if "=" in w)
 
 
-def fabric_changed(trusted: list[str]) -> str:
+def fabric_changed(trusted: list[str], console: str = "") -> str:
     """How the fabric's settings the harness read after a run differ from
     those of its begin line, read before any driver was loaded ('' if they
     do not): each setting that decides ordering, and the seed, which must be
     the one the harness set last. The kernel keeps the settings read-only
     after boot, so an honest driver never changes them; one that did (by a
-    call no allow-list grants, or by editing page tables) is flagged."""
+    call no allow-list grants, or by editing page tables) is flagged, and so
+    is one whose store to them faulted (the console's oops says so)."""
+    if MODEL_STORE in console:
+        return "a store to them faulted (the console log's oops)"
     before = _settings(harness_info(trusted))
     for line in trusted:
         at = line.find(FABRIC_LINE)
@@ -128,7 +134,7 @@ def read(channel: str, console: str, nonce: str, picture_dir: str = "",
     trusted, _, _ = ktap.trusted_lines(channel, nonce)
     events = ktap.scan_console(console)
     out = GuestOutput(parsed, events, ktap.console_excerpt(console, events),
-                      harness_info(trusted), fabric_changed=fabric_changed(trusted))
+                      harness_info(trusted), fabric_changed=fabric_changed(trusted, console))
     if picture_dir:
         out.picture = race_picture(channel, picture_dir, title)
     return out

@@ -384,9 +384,8 @@ NO_VISIBLE_FLUSH = ("the race passed with no flush the cost test could see (no r
                     "no mmiowb()): read how the fix orders the doorbell")
 
 
-FABRIC_CHANGED = ("the fabric's settings changed while the driver was loaded, which the "
-                  "kernel keeps read-only and no honest driver touches; the race verdict "
-                  "cannot be trusted: ")
+FABRIC_CHANGED = ("the driver tampered with the fabric's settings, which the kernel keeps "
+                  "read-only and no honest driver touches: ")
 
 
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
