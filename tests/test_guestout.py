@@ -248,5 +248,72 @@ class FuzzTest(unittest.TestCase):
         self.assertEqual(g.events, [])
 
 
+BEGIN = ("# mmiolab harness: lab=doorbell module=ringdrv cpus=2 seeds=1 2 profile=sn2 "
+         "route_ns=800,4000 jitter_ns=5000 bridge_ns=1000 read_ns=10000 stall_ns=0 "
+         "stall_ppm=0 seed=1 locking=2004")
+
+
+def fabric(line, set_seed="1", indent="  "):
+    """A fabric line of vm/harness-lib.sh (fabric_line) after a run."""
+    params = BEGIN.split("cpus=2 seeds=1 2 ", 1)[1]
+    return f"{indent}# mmiolab fabric: set_seed={set_seed} {params}".replace(*line)
+
+
+class FabricSettingsTest(unittest.TestCase):
+    """The settings the harness reads again after each run against those it
+    read before any driver was loaded (issue 33: a module that changed one
+    byte of them passed a race it should have failed)."""
+
+    def changed(self, *lines):
+        return guestout.fabric_changed([BEGIN, "ok 1 load_unload", *lines])
+
+    def test_unchanged(self):
+        self.assertEqual(self.changed(fabric(("", "")), fabric(("seed=1", "seed=2"), "2"),
+                                      fabric(("", ""), indent="")), "")
+
+    def test_each_change_is_named(self):
+        for was, now, said in (("locking=2004", "locking=5.2", "locking 2004 -> 5.2"),
+                               ("profile=sn2", "profile=pc", "profile sn2 -> pc"),
+                               ("route_ns=800,4000", "route_ns=800,800",
+                                "route_ns 800,4000 -> 800,800"),
+                               ("stall_ppm=0", "stall_ppm=7", "stall_ppm 0 -> 7"),
+                               (" seed=1 ", " seed=9 ", "seed 1 -> 9")):
+            with self.subTest(now):
+                self.assertEqual(self.changed(fabric(("", "")), fabric((was, now))), said)
+
+    def test_an_unreadable_file_is_a_change(self):
+        self.assertIn("locking 2004 -> (unreadable)", self.changed(
+            "  # mmiolab fabric: set_seed=1 cat: can't open '/sys/kernel/debug/mmiosim/params'"))
+
+    def test_a_faulted_store_is_named(self):
+        console = ("BUG: unable to handle page fault for address: ffffffff816fe3a4\n"
+                   "mmiosim: 0xffffffff816fe3a4 is in the fabric's model, read-only after "
+                   "boot: a store there would change how writes are ordered\n")
+        self.assertEqual(guestout.fabric_changed([BEGIN], console),
+                         "a store to them faulted (the console log's oops)")
+        self.assertEqual(guestout.read(tagged(BEGIN), console, NONCE).fabric_changed,
+                         "a store to them faulted (the console log's oops)")
+
+    def test_no_baseline_no_verdict(self):
+        """Without the begin line's settings there is nothing to compare with
+        (a harness that never began reports its tests missing anyway)."""
+        self.assertEqual(guestout.fabric_changed([fabric(("locking=2004", "locking=5.2"))]),
+                         "")
+
+    def test_the_lines_leave_the_results_alone(self):
+        """The fabric lines are KTAP diagnostics: the results parse the same."""
+        plain = data("pass.channel.log")
+        lines = plain.splitlines(keepends=True)
+        at = [i for i, line in enumerate(lines) if "   ok " in line]
+        self.assertTrue(at)
+        for i in reversed(at):
+            lines.insert(i + 1, tagged(fabric(("", ""))))
+        with_lines = "".join(lines)
+        a, b = guestout.read(plain, "", NONCE), guestout.read(with_lines, "", NONCE)
+        self.assertEqual({t["name"]: t["status"] for t in a.parsed.to_dict()["root"]["subtests"]},
+                         {t["name"]: t["status"] for t in b.parsed.to_dict()["root"]["subtests"]})
+        self.assertEqual(b.fabric_changed, "")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import unittest
 
-from mmiolab import ROOT, initramfs, ktap, labtest
+from mmiolab import ROOT, guestout, initramfs, ktap, labtest
 from mmiolab.lab import END_LINE
 from mmiolab.labspec import lab_names, load_lab
 from kitcfg import CFG
@@ -238,6 +238,26 @@ class ProtocolTest(unittest.TestCase):
                 got = ktap.expect(ktap.parse(channel, nonce=nonce), [t.name for t in tests])
                 self.assertEqual({n: t.status for n, t in got.items()},
                                  {t.name: ktap.Status.PASS for t in tests}, channel)
+
+    def test_the_fabric_is_read_again_after_each_run(self):
+        """Issue 33: after each per-seed run, the driver still loaded, and at
+        the end, the fabric's settings with the seed the harness set last, for
+        the host to compare with the begin line's (guestout.fabric_changed)."""
+        for spec, path, tests in harnesses():
+            with self.subTest(harness=os.path.relpath(path, ROOT)):
+                g, nonce = self.run_harness(spec, path)
+                lines = [line.split(" ", 1)[1] for line in g.read("channel").splitlines()
+                         if line.startswith(nonce + " ")]
+                fabric = [line for line in lines if guestout.FABRIC_LINE in line]
+                per_run = [line for line in fabric if line.startswith("  ")]
+                self.assertGreaterEqual(len(per_run), 3, lines)
+                for line in per_run:
+                    self.assertRegex(line, r"^  # mmiolab fabric: set_seed=(\d+) seed=\1$")
+                self.assertTrue(lines[-2].startswith(guestout.FABRIC_LINE), lines[-3:])
+                # The fake's params file keeps only what seed_fabric wrote last
+                # (the kernel's changes only the seed): to the host, the
+                # profile the begin line read is gone.
+                self.assertEqual(guestout.fabric_changed(lines), "profile sn2 -> (unreadable)")
 
     def test_a_failing_driver_fails_and_the_run_still_ends(self):
         for flags in (("fail-test",), ("fail-insmod",)):

@@ -32,6 +32,7 @@ from mmiolab import ROOT, jail, labspec, sandbox
 from mmiolab.config import Config
 from mmiolab.grade import GradeOptions, entries_for, grade_batch
 from mmiolab.lab import confinement, kernel_tree, scratch_root
+from mmiolab.model import TOO_SLOW
 from kitcfg import BUILD, CFG, TREE
 from vmtest import report
 
@@ -1196,6 +1197,8 @@ class Integrity24Test(unittest.TestCase):
     """Issue 24's hostile submissions, graded in one batch: each gets its
     verdict and checks, the batch finishes, and every row is in the gradebook."""
 
+    corpus = staticmethod(corpus24)
+
     @classmethod
     def setUpClass(cls):
         for path in (TREE.bzimage, os.path.join(BUILD, "initramfs", "base.cpio.gz")):
@@ -1204,11 +1207,11 @@ class Integrity24Test(unittest.TestCase):
         ok, why = confinement(CFG)
         if not ok:
             raise AssertionError(f"builds cannot be confined on this machine: {why}")
-        cls.tmp = tempfile.mkdtemp(prefix="hostile24-", dir=BUILD)
+        cls.tmp = tempfile.mkdtemp(prefix="hostile-batch-", dir=BUILD)
         klass = os.path.join(cls.tmp, "class")
         cls.out = os.path.join(cls.tmp, "out")
         os.makedirs(klass)
-        cls.cases = corpus24()
+        cls.cases = cls.corpus()
         paths = {c.make(os.path.join(klass, c.sid)): c for c in cls.cases}
         spec = labspec.load_lab("doorbell")
         entries = entries_for(spec, [klass])
@@ -1244,12 +1247,17 @@ class Integrity24Test(unittest.TestCase):
                 extra = doc["extra_data"]["mmiolab"]
                 rows.append(f"{c.label[:70]:70} {extra['verdict']:18} {doc['score']:5.1f} "
                             f"{extra['execution_time']:5.1f}s")
-                self.assertEqual(extra["verdict"], c.verdict, summary)
-                if c.verdict != "graded":
+                if c.verdict == GRADED_EVEN_IF_SLOW:
+                    # What is checked is the visible run's: a host too busy
+                    # for the hidden run's time limit does not decide it.
+                    self.assertIn(extra["verdict"], ("graded", TOO_SLOW), summary)
+                else:
+                    self.assertEqual(extra["verdict"], c.verdict, summary)
+                if c.verdict not in ("graded", GRADED_EVEN_IF_SLOW):
                     self.assertEqual(doc["score"], 0, summary)
                 if c.check:
                     c.check(self, doc, summary, os.path.join(self.out, c.sid))
-        report("issue 24 corpus (submission, verdict, score, seconds):\n     "
+        report(f"{type(self).__name__} corpus (submission, verdict, score, seconds):\n     "
                + "\n     ".join(rows) + f"\n     batch: {self.seconds:.0f}s")
 
     def test_every_report_carries_the_diff(self):
@@ -1270,3 +1278,137 @@ class Integrity24Test(unittest.TestCase):
 
     def test_no_process_outlives_the_batch(self):
         self.assertEqual(self.leftover, [])
+
+
+# ---------------------------------------------------------------------------- issue 33
+
+def kernel_offset(name: str, base: str = "mmiosim_va_start") -> int:
+    """How far the lab kernel's symbol `name` is from `base`, an allowed import
+    (x86's readl()/writel() read it inline), from its System.map. KASLR moves
+    the kernel image as one piece, so a module that adds this to the address
+    of the import reaches `name`, as issue 33's module did."""
+    where = {}
+    with open(os.path.join(kernel.OBJ, "System.map")) as f:
+        for line in f:
+            addr, _, sym = line.split()
+            if sym in (name, base):
+                where.setdefault(sym, []).append(int(addr, 16))
+    assert len(where.get(name, [])) == 1 and len(where.get(base, [])) == 1, where
+    return where[name][0] - where[base][0]
+
+
+def poke_model_in_post() -> str:
+    """Issue 33's exploit in a fix function: one byte of the fabric's model
+    (the lock semantics, 2004 -> 5.2, after which spin_unlock() orders every
+    doorbell), reached from an allowed import, written without a cast."""
+    return post_adds(f"""
+/* the fabric's model, from the address of an allowed import */
+void *model = &mmiosim_va_start;
+
+model += {kernel_offset("settings")};
+memset(model + offsetof(struct mmiosim_params, lock_2004), 0, 1);
+""", decl="#include <linux/mmiosim.h>\n")
+
+
+def poke_model_in_probe() -> str:
+    """The same byte, written from probe() -- outside the fix functions --
+    through a union, with neither a cast nor a call."""
+    return probe_adds(f"""\t{{
+\t\tunion {{ unsigned long *word; bool *flag; }} at = {{ &mmiosim_va_start }};
+
+\t\tat.flag += {kernel_offset("settings")} + offsetof(struct mmiosim_params, lock_2004);
+\t\t*at.flag = false;
+\t}}
+""", decl="#include <linux/mmiosim.h>\n")
+
+
+def poke_model_from_a_kernel_pointer() -> str:
+    """The byte reached from a pointer the kernel handed the driver (its misc
+    device's class, in the kernel image's read-only data), with no symbol
+    and no cast: what the source review sees is field accesses and a
+    memcpy()."""
+    return post_adds(f"""
+const struct class *cls = rd->misc.this_device->class;
+char *model;
+
+memcpy(&model, &cls, sizeof(model));
+model += {kernel_offset("settings", "misc_class")};
+memset(model + offsetof(struct mmiosim_params, lock_2004), 0, 1);
+""", decl="#include <linux/mmiosim.h>\n")
+
+
+def set_model_by_address() -> str:
+    """The model changed the way the kernel still allows, through the
+    fabric's own mmiosim_set_params(), called at an address computed from an
+    allowed import (no allow-list grants it): the harness's second reading
+    of the settings shows the change."""
+    return probe_adds(f"""\t{{
+\t\tvoid *base = &mmiosim_va_start;
+\t\tconst struct mmiosim_params *now = base + {kernel_offset("settings")};
+\t\tint (*set)(const struct mmiosim_params *p) =
+\t\t\t(int (*)(const struct mmiosim_params *))(base + {kernel_offset("mmiosim_set_params")});
+\t\tstruct mmiosim_params p = *now;
+
+\t\tp.lock_2004 = false;
+\t\tset(&p);
+\t}}
+""", decl="#include <linux/mmiosim.h>\n")
+
+
+# What the kernel prints when a store hits a read-only page (6.12,
+# arch/x86/mm/fault.c: show_fault_oops()).
+READ_ONLY_FAULT = ("#PF: supervisor write access in kernel mode",
+                   "#PF: error_code(0x0003) - permissions violation")
+
+
+GRADED_EVEN_IF_SLOW = "graded, or too slow in the hidden run"
+# The flag of a run whose store to the fabric's model faulted.
+FAULTED_STORE = ("tampered with the fabric's settings", "a store to them faulted")
+
+
+def corpus33() -> list[Case]:
+    """Issue 33's first point: a module that changes the fabric's settings
+    must not pass unseen, wherever the change is made and however its
+    address is computed."""
+    race = labspec.load_lab("doorbell").test("race").points
+    return [
+        Case("racy starter pokes one byte of the fabric's model from ringdrv_post(): "
+             "the store faults", "graded", c_file(poke_model_in_post()),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
+        Case("racy starter pokes the model from probe() through a union: the store faults",
+             "graded", c_file(poke_model_in_probe()),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
+        Case("racy starter pokes the model from ringdrv_post(), walking from its misc "
+             "device's class: the store faults", "graded",
+             c_file(poke_model_from_a_kernel_pointer()),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged(*FAULTED_STORE)), vm=True),
+        Case("racy starter calls mmiosim_set_params() at a computed address: runs, flagged",
+             GRADED_EVEN_IF_SLOW, c_file(set_model_by_address()),
+             flagged("the driver tampered with the fabric's settings", "locking 2004 -> 5.2"),
+             vm=True),
+        Case("a correct fix: the settings read again after each run, no flag",
+             GRADED_EVEN_IF_SLOW,
+             c_file(solution()),
+             all_of(scores(race=race), not_flagged("tampered with the fabric's settings")),
+             vm=True),
+    ]
+
+
+class Integrity33Test(Integrity24Test):
+    """Issue 33's tampering with the fabric's settings, graded in one batch."""
+
+    corpus = staticmethod(corpus33)
+
+    def test_corpus(self):
+        self.assertEqual(len(self.cases), 5)
+
+    def test_flags_in_the_gradebook(self):
+        import csv
+        with open(os.path.join(self.out, "gradebook.csv")) as f:
+            rows = {r["student"]: r for r in csv.DictReader(f)}
+        self.assertEqual(sorted(rows), sorted(c.sid for c in self.cases))
+        caller = next(c for c in self.cases if "computed address" in c.label)
+        self.assertIn("tampered with the fabric's settings", rows[caller.sid]["flags"])

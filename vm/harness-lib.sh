@@ -59,7 +59,7 @@ heartbeat &
 heartbeat_pid=$!
 # The end line on a line of its own: a heartbeat killed in the middle of its
 # write leaves half a line, which the end line must not be appended to.
-trap 'kill $heartbeat_pid 2>/dev/null; wait $heartbeat_pid 2>/dev/null; printf "\n" > "$ch"; guest_cpu; say "# mmiolab harness: end"' EXIT
+trap 'kill $heartbeat_pid 2>/dev/null; wait $heartbeat_pid 2>/dev/null; printf "\n" > "$ch"; fabric_line; guest_cpu; say "# mmiolab harness: end"' EXIT
 # traced CMD...: check CMD under vm/record; the first failing run's trace goes
 # to the host, for the report's picture of the race (RECORD_SEND=fail).
 send=fail
@@ -69,7 +69,13 @@ load() { insmod "/job/$module.ko" 2>/tmp/insmod.err; }
 unload() { rmmod "$module" 2>/tmp/rmmod.err; }
 loaded() { lsmod | grep -q "^$module "; }
 # seed_fabric SEED: the fabric's PRNG seed for the next runs.
-seed_fabric() { echo "seed=$1" > $params; }
+seed_fabric() { fabric_seed=$1; echo "seed=$1" > $params; }
+# fabric_line [INDENT]: the fabric's settings read again, with the seed this
+# harness set last. The host compares them with the begin line's, read
+# before any driver was loaded, and flags a run in which they changed
+# (scripts/mmiolab/guestout.py): a driver cannot store to them (the kernel
+# keeps them read-only after boot), so a change took something else.
+fabric_line() { say "${1:-}# mmiolab fabric: set_seed=${fabric_seed:-} $(cat $params 2>&1)"; }
 
 # begin MODULE TESTS WHAT: the driver's module name, the KTAP header (TESTS
 # tests) and the harness's own line (WHAT: lab=LAB ...), which the host reads.
@@ -126,6 +132,7 @@ per_seed() {
 			continue
 		fi
 		"$@" || _verdict="not ok"
+		fabric_line "  "
 		unload || _verdict="not ok"
 	done
 	say "$_verdict $_n $_name"

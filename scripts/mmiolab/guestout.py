@@ -27,6 +27,15 @@ from .lab import PROGRESS_LINE
 READ_TIMEOUT = 60.0
 READ_MEMORY = 1 << 30
 HARNESS_INFO = "# mmiolab harness: "
+# The fabric's settings as the harness reads them again after each run
+# (vm/harness-lib.sh: fabric_line), and those of them that decide how
+# writes are ordered: the kernel's names in its params file.
+FABRIC_LINE = "# mmiolab fabric: "
+# What the fabric's die notifier prints when a store to its read-only model
+# faults (patches/0007: mmiosim_die()).
+MODEL_STORE = "is in the fabric's model, read-only after boot"
+FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
+                   "stall_ns", "stall_ppm")
 
 
 @dataclass
@@ -44,6 +53,7 @@ class GuestOutput:
     info: str = ""              # the harness's own '# mmiolab harness: ...' line
     picture: Picture | None = None
     problem: str = ""           # why the output could not be read ('' if it was)
+    fabric_changed: str = ""    # how the fabric's settings changed in the run ('' if not)
 
 
 def harness_info(trusted: list[str]) -> str:
@@ -52,6 +62,35 @@ def harness_info(trusted: list[str]) -> str:
         at = line.find(HARNESS_INFO)
         if at >= 0:
             return line[at + len(HARNESS_INFO):]
+    return ""
+
+
+def _settings(line: str) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in line.split() if "=" in w)
+
+
+def fabric_changed(trusted: list[str], console: str = "") -> str:
+    """How the fabric's settings the harness read after a run differ from
+    those of its begin line, read before any driver was loaded ('' if they
+    do not): each setting that decides ordering, and the seed, which must be
+    the one the harness set last. The kernel keeps the settings read-only
+    after boot, so an honest driver never changes them; one that did (by a
+    call no allow-list grants, or by editing page tables) is flagged, and so
+    is one whose store to them faulted (the console's oops says so)."""
+    if MODEL_STORE in console:
+        return "a store to them faulted (the console log's oops)"
+    before = _settings(harness_info(trusted))
+    for line in trusted:
+        at = line.find(FABRIC_LINE)
+        if at < 0:
+            continue
+        now = _settings(line[at + len(FABRIC_LINE):])
+        changed = [f"{k} {before[k]} -> {now.get(k, '(unreadable)')}"
+                   for k in FABRIC_SETTINGS if k in before and now.get(k) != before[k]]
+        if now.get("set_seed") and now.get("seed") != now["set_seed"]:
+            changed.append(f"seed {now['set_seed']} -> {now.get('seed', '(unreadable)')}")
+        if changed:
+            return ", ".join(changed)
     return ""
 
 
@@ -97,7 +136,7 @@ def read(channel: str, console: str, nonce: str, picture_dir: str = "",
     trusted, _, _ = ktap.trusted_lines(channel, nonce)
     events = ktap.scan_console(console)
     out = GuestOutput(parsed, events, ktap.console_excerpt(console, events),
-                      harness_info(trusted))
+                      harness_info(trusted), fabric_changed=fabric_changed(trusted, console))
     if picture_dir:
         out.picture = race_picture(channel, picture_dir, title, kernel_src)
     return out
@@ -107,7 +146,7 @@ def _child(req: dict[str, Any]) -> dict[str, Any]:
     g = read(req["channel"], req["console"], req["nonce"], req["picture_dir"], req["title"],
              req["kernel_src"])
     return {"parsed": g.parsed.to_dict(), "events": [[e.kind, e.line_no, e.text] for e in g.events],
-            "excerpt": g.excerpt, "info": g.info,
+            "excerpt": g.excerpt, "info": g.info, "fabric_changed": g.fabric_changed,
             "picture": [g.picture.text, g.picture.html] if g.picture else None}
 
 
@@ -131,7 +170,8 @@ def read_bounded(channel: str, console: str, nonce: str, picture_dir: str = "",
         pic = d["picture"]
         return GuestOutput(ktap.ParseResult.from_dict(d["parsed"]),
                            [ktap.ConsoleEvent(*e) for e in d["events"]], d["excerpt"],
-                           d["info"], Picture(*pic) if pic else None)
+                           d["info"], Picture(*pic) if pic else None,
+                           fabric_changed=d["fabric_changed"])
     except (bounded.Stopped, KeyError, TypeError, ValueError) as e:
         why = str(e) if isinstance(e, bounded.Stopped) else f"reading it failed ({e!r})"
         return unread(f"the guest's output was not read: {why}; the grader reads a run's "

@@ -444,6 +444,10 @@ def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
                               verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
 
 
+FABRIC_CHANGED = ("the driver tampered with the fabric's settings, which the kernel keeps "
+                  "read-only and no honest driver touches: ")
+
+
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
                  fraction: float = 1.0) -> model.TestOutcome:
     """A test the host decides (the build, a clean console), scored."""
@@ -532,6 +536,9 @@ def score(spec: LabSpec, sub_id: str, ready: Prepared, ran: Ran) -> model.GradeR
         f"{why}:\n{ktap.console_excerpt(console, events)}")
     tests = outcomes(spec, parsed, host, hidden)
     flags += credit_flags(spec, parsed)
+    for where, run_seen in (("", seen), ("the hidden tests' run: ", ran.hidden_seen)):
+        if run_seen is not None and run_seen.fabric_changed:
+            flags.append(FABRIC_CHANGED + where + run_seen.fabric_changed)
     if hidden_trouble:
         for t in tests:
             if spec.test(t.name).source != "hidden":
