@@ -538,7 +538,7 @@ class InterruptTest(unittest.TestCase):
                 pids.extend(p.pid for p in vm._LIVE)
             signal.pthread_kill(main, signal.SIGINT)
 
-        opts = grade.GradeOptions(seeds=[1], out=os.path.join(tmp, "out"))
+        opts = grade.GradeOptions(seeds=[1], out=os.path.join(tmp, "out"), cfg=CFG)
         said = []
         with mock.patch.object(grade, "grade_one", guest_of), \
                 mock.patch.object(vm, "_batch_command", return_value=["sleep", "300"]):
