@@ -524,7 +524,8 @@ class InterruptTest(unittest.TestCase):
             started.append(sub_id)
             log = os.path.join(tmp, "logs", sub_id)
             os.makedirs(log)
-            vm._run_qemu(vm.VMConfig(timeout=600, done_marker="never", build=tmp), "tcg",
+            vm._run_qemu(vm.VMConfig.from_config(CFG, timeout=600, done_marker="never",
+                                                 build=tmp), "tcg",
                          "initrd", [], log)
             raise AssertionError("a stopped guest returned")
 
