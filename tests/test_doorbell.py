@@ -10,10 +10,9 @@ import subprocess
 import tempfile
 import unittest
 
-from mmiolab import BUILD
 from mmiolab.labspec import load_lab
 from mmiolab.labtest import run_variant, run_variants, score_variants
-from kitcfg import CFG
+from kitcfg import BUILD, CFG
 from vmtest import need_guest, report
 
 LAB = load_lab("doorbell")
