@@ -1079,14 +1079,18 @@ def solution_probe_adds(code: str) -> str:
 
 def hidden_stays_hidden(secret):
     """Nothing the module printed in the hidden tests' guest is in what the
-    student sees; the hidden tests' own outputs have it, and they failed."""
+    student sees; the hidden tests' own outputs have it, and they failed (and
+    so did the tests derived from them, which quote no guest output)."""
+    spec = labspec.load_lab("doorbell")
+
     def check(t, doc, summary, out_dir):
         visible = [x["output"] for x in doc["tests"] if x["visibility"] == "visible"]
         t.assertNotIn(secret, "\n".join(visible + [doc["output"], summary]))
         hidden = [x for x in doc["tests"] if x["visibility"] != "visible"]
         t.assertTrue(hidden)
         for x in hidden:
-            t.assertIn(secret, x["output"], x["name"])
+            if spec.test(x["name"]).source == "hidden":
+                t.assertIn(secret, x["output"], x["name"])
             t.assertEqual(x["score"], 0, x["name"])
         clean = next(x for x in doc["tests"] if x["name"] == "clean_log")
         t.assertEqual(clean["status"], "passed", clean["output"])
@@ -1288,7 +1292,7 @@ def kernel_offset(name: str, base: str = "mmiosim_va_start") -> int:
     the kernel image as one piece, so a module that adds this to the address
     of the import reaches `name`, as issue 33's module did."""
     where = {}
-    with open(os.path.join(kernel.OBJ, "System.map")) as f:
+    with open(os.path.join(TREE.obj, "System.map")) as f:
         for line in f:
             addr, _, sym = line.split()
             if sym in (name, base):
