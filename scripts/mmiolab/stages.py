@@ -275,9 +275,10 @@ def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds:
     picture of a failing run titled `title`, in out_dir), then, if the lab has
     hidden tests and that guest finished, the hidden tests in a second one
     (out_dir/hidden). Every parser of guest output runs in a bounded child
-    (guestout.read_bounded). With a deadline (a platform's time limit), no
-    guest runs past it, and the hidden guest starts only with MIN_HIDDEN_RUN
-    (scaled to this machine) left."""
+    (guestout.read_bounded). With a deadline (a platform's time limit), each
+    guest's ceiling ends there (one whose progress stopped just before it
+    still gets its stall limit: vm.Patience), and the hidden guest starts
+    only with MIN_HIDDEN_RUN (scaled to this machine) left."""
     visible = run_guest(spec, ready.ko, seeds, out_dir, cmds=cmds, append=append, cfg=cfg,
                         deadline=deadline)
     res = visible.result
