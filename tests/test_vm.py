@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from mmiolab import ROOT, vm
+from mmiolab import ROOT, bounded, vm
 from kitcfg import CFG, TREE
 from vmtest import log_dir, need_guest, report
 
@@ -119,9 +119,6 @@ class ClassifyTest(unittest.TestCase):
         self.assertEqual(self.classify(1, "boot")[2], "boot\n[qemu exited 1: qemu: oops]\n")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class LeftoverTest(unittest.TestCase):
     """QEMU dies with its grader (issue 33): PR_SET_PDEATHSIG through setpriv,
@@ -146,7 +143,7 @@ class LeftoverTest(unittest.TestCase):
             [sys.executable, "-c",
              "import subprocess, sys, time; sys.path.insert(0, sys.argv[1]); "
              "from mmiolab import bounded; "
-             "p = subprocess.Popen(bounded.PDEATHSIG + ['sleep', '600'], process_group=0); "
+             "p = subprocess.Popen(bounded.dies_with_grader(['sleep', '600']), process_group=0); "
              "print(p.pid, flush=True); time.sleep(600)", os.path.join(ROOT, "scripts")],
             stdout=subprocess.PIPE, text=True)
         qemu = int(grader.stdout.readline())
@@ -161,6 +158,19 @@ class LeftoverTest(unittest.TestCase):
                 break
             time.sleep(0.05)
         self.assertFalse(self.alive(qemu))
+
+    def test_a_grader_dead_before_the_signal_was_set_is_seen(self):
+        # The window the parent-death signal leaves (CI, stop 38: the grader
+        # was killed while setpriv was starting): the child's parent is no
+        # longer the grader when it looks, and it does not go on.
+        cmd = bounded.dies_with_grader(["sleep", "600"])
+        self.assertEqual(cmd[cmd.index("-c") + 2], str(os.getpid()))
+        cmd[cmd.index("-c") + 2] = "1"           # "the grader": a pid not our parent
+        child = subprocess.run(cmd, timeout=30)
+        self.assertEqual(child.returncode, 137)
+        ok = bounded.dies_with_grader(["/bin/echo", "ran"])
+        self.assertEqual(subprocess.run(ok, capture_output=True, text=True, timeout=30).stdout,
+                         "ran\n")
 
     def test_the_sweep_kills_a_killed_graders_guest_and_removes_its_files(self):
         dead = subprocess.Popen(["/bin/true"])
@@ -193,3 +203,7 @@ class LeftoverTest(unittest.TestCase):
         self.assertEqual(qemu.wait(timeout=10), -signal.SIGKILL)
         self.assertFalse(os.path.exists(initrd))
         self.assertEqual(os.listdir(records), ["3-4.json"])
+
+
+if __name__ == "__main__":
+    unittest.main()

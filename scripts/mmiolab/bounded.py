@@ -20,10 +20,24 @@ from typing import Any
 from . import MmiolabError
 
 PRLIMIT = "/usr/bin/prlimit"
-#: A child that dies with its grader: setpriv(1) execs the rest with
-#: PR_SET_PDEATHSIG (prctl(2)) set to SIGKILL, kept across exec. (A wrapper,
-#: not a preexec_fn, which is not safe in a process with threads.)
-PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"]
+#: setpriv(1) execs the rest with PR_SET_PDEATHSIG (prctl(2)) set to SIGKILL,
+#: kept across exec. (A wrapper, not a preexec_fn, which is not safe in a
+#: process with threads.)
+_PDEATHSIG = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"]
+#: A grader that dies before setpriv's prctl() sends no signal: its child,
+#: already adopted by init or a subreaper, would run on (seen in CI, where the
+#: grader was killed while setpriv was starting). So a shell, started after
+#: the prctl(), goes on only if its parent is still the grader ($PPID is read
+#: once, at the shell's start); from then on, the signal covers it.
+_STILL_MY_GRADER = '[ "$PPID" = "$0" ] || exit 137; exec "$@"'
+
+
+def dies_with_grader(cmd: list[str]) -> list[str]:
+    """cmd, run so that the kernel kills it when this process ends, however it
+    ends (kill -9 included), with no window at its start."""
+    return [*_PDEATHSIG, "/bin/sh", "-c", _STILL_MY_GRADER, str(os.getpid()), *cmd]
+
+
 _SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = ("import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
           "mod, fn = sys.argv[2].split(':'); "
@@ -40,8 +54,8 @@ class Stopped(MmiolabError):
 def call(entry: str, request: dict[str, Any], timeout: float, memory: int) -> Any:
     """entry ('module:function' of mmiolab) applied to request in a bounded child;
     its JSON result, or Stopped."""
-    cmd = [*PDEATHSIG, PRLIMIT, f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0", "--",
-           sys.executable, "-c", _CHILD, _SCRIPTS, entry]
+    cmd = dies_with_grader([PRLIMIT, f"--as={memory}", f"--cpu={int(timeout) + 1}", "--core=0",
+                            "--", sys.executable, "-c", _CHILD, _SCRIPTS, entry])
     try:
         res = subprocess.run(cmd, input=json.dumps(request).encode(), capture_output=True,
                              timeout=timeout)

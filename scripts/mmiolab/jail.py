@@ -258,6 +258,7 @@ def enter() -> None:
     argv, env, report (a descriptor: empty at a successful exec, else why the
     jail could not be set up). Runs as root in a fresh, single-threaded
     process in its own session, with only 0, 1, 2 and `report` open."""
+    grader = os.getppid()
     spec = json.loads(sys.argv[1])
     report = spec["report"]
     step = "start"
@@ -274,8 +275,11 @@ def enter() -> None:
         if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"] or os.getgroups():
             raise OSError(errno.EPERM, "the uid did not change")
         step = "no_new_privs"
-        # After the uid change: a change of credentials clears the parent-death signal.
+        # After the uid change: a change of credentials clears the parent-death
+        # signal. A grader that died before it was set sends none: check.
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != grader:
+            os._exit(137)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
         step = "Landlock"

@@ -325,7 +325,9 @@ def _run_in(command: str, files: dict[str, str | bytes] | None, cfg: VMConfig, l
 #   the kernel kills QEMU when the thread that started it ends, the grader's
 #   death included. A wrapper, not a preexec_fn: preexec_fn is not safe in a
 #   process with threads (subprocess's documentation), and a batch grades in
-#   threads. util-linux, which has setpriv, is Essential in Debian.
+#   threads. util-linux, which has setpriv, is Essential in Debian. A grader
+#   killed before the prctl() is caught by a check of the parent after it
+#   (bounded.dies_with_grader).
 # - QEMU runs in its own process group (Popen's process_group=0), so it and
 #   anything it starts are killed as one.
 # - Each run is recorded (build/scratch/qemu/GRADER-QEMU.json: QEMU's pid, its
@@ -485,7 +487,7 @@ def _run_qemu(cfg: VMConfig, accel: str, initrd: str, append: list[str],
     with _LIVE_LOCK:
         if _STOPPING.is_set():
             raise Stopped("the grader is stopping: no guest is started")
-        proc = subprocess.Popen(bounded.PDEATHSIG + cmd, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(bounded.dies_with_grader(cmd), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 process_group=0)
         _LIVE.add(proc)
