@@ -363,7 +363,9 @@ class RunStageTest(StageCase):
                              slowdown=3.0)
         visible, hidden = guest.calls
         fabric = stages.fabric_append(self.spec)
-        self.assertEqual(visible["append"], fabric + ["mmiosim.jitter_ns=5"])
+        # The guest's lockup detectors scaled as the run's limits are (3x).
+        detectors = ["rcupdate.rcu_cpu_stall_timeout=63", "watchdog_thresh=30"]
+        self.assertEqual(visible["append"], fabric + ["mmiosim.jitter_ns=5"] + detectors)
         self.assertEqual((visible["log_dir"], visible["cmds"], visible["seeds"]),
                          (self.out, 77, [1, 2, 3]))
         # The lab's limits, scaled to the machine (speed.slowdown, faked: 3).
@@ -372,8 +374,8 @@ class RunStageTest(StageCase):
                          (lim.run_timeout * 3, lim.stall_timeout * 3, lim.console_cap))
         self.assertEqual(hidden["timeout"], lim.run_timeout * 3)
         self.assertNotIn("harness", visible)
-        self.assertEqual(hidden["append"],
-                         stages.fabric_append(self.spec, hidden=True) + ["mmiosim.jitter_ns=5"])
+        self.assertEqual(hidden["append"], stages.fabric_append(self.spec, hidden=True)
+                         + ["mmiosim.jitter_ns=5"] + detectors)
         self.assertEqual((hidden["harness"], hidden["smp"], hidden["log_dir"]),
                          (self.spec.hidden_harness, self.spec.hidden_smp,
                           os.path.join(self.out, "hidden")))
@@ -383,6 +385,18 @@ class RunStageTest(StageCase):
         self.assertEqual([t.name for t in ran.hidden_seen.parsed.root.subtests],
                          ["race_4cpu", "race_long"])
         self.assertIn("profile=sn2", ran.seen.info)
+
+    def test_the_guests_lockup_detectors_wait_as_long_as_the_host_does(self):
+        self.assertEqual(stages.detector_append(1.0), [])
+        self.assertEqual(stages.detector_append(8.0), ["rcupdate.rcu_cpu_stall_timeout=168",
+                                                       "watchdog_thresh=60"])
+        self.assertEqual(stages.detector_append(40.0)[0], "rcupdate.rcu_cpu_stall_timeout=300")
+        # Each still fires before the host's own stall limit, to name a lockup.
+        for factor in (1.5, 3.0, 8.0, 40.0):
+            words = dict(w.split("=") for w in stages.detector_append(factor))
+            stall = self.spec.limits.stall_timeout * factor
+            self.assertLess(int(words["rcupdate.rcu_cpu_stall_timeout"]), stall)
+            self.assertLess(2 * int(words["watchdog_thresh"]), stall)
 
     def test_no_hidden_guest_after_a_visible_one_that_did_not_finish(self):
         guest = FakeGuest(status="hang")

@@ -234,6 +234,28 @@ class Ran:
     out_of_time: str = ""
 
 
+#: The guest kernel's own lockup detectors, in seconds (6.12 defaults:
+#: CONFIG_RCU_CPU_STALL_TIMEOUT 21, watchdog_thresh 10, a soft lockup at
+#: twice that) and the most each takes (kernel/rcu/tree_stall.h clamps the
+#: stall timeout to 300 s; the watchdog_thresh sysctl's maximum is 60).
+RCU_STALL_S, RCU_STALL_MOST = 21, 300
+WATCHDOG_S, WATCHDOG_MOST = 10, 60
+
+
+def detector_append(factor: float) -> list[str]:
+    """Kernel command-line words that give the guest's RCU stall and soft
+    lockup detectors the patience the host gives the run (factor: its limits'
+    scale, speed.slowdown). Under TCG a guest's clock is the host's, so on a
+    CPU share the detectors count time its vCPUs did not run: a correct driver
+    was reported as an RCU stall, and an unclean console is the driver's.
+    Scaled, each still fires well before the host's own stall limit
+    (stall_timeout, 60 s scaled), so a real lockup is still named."""
+    if factor <= 1.0:
+        return []
+    return [f"rcupdate.rcu_cpu_stall_timeout={min(RCU_STALL_MOST, round(RCU_STALL_S * factor))}",
+            f"watchdog_thresh={min(WATCHDOG_MOST, round(WATCHDOG_S * factor))}"]
+
+
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
               cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
               timeout: float | None = None, console_cap: int | None = None,
@@ -248,6 +270,7 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
     "slow" too."""
     kw: dict[str, Any] = {"harness": spec.hidden_harness, "smp": spec.hidden_smp} \
         if hidden else {}
+    factor = 1.0
     if timeout is None:
         lim = spec.limits
         factor = speed.slowdown(spec.hidden_smp if hidden else cfg.smp,
@@ -258,7 +281,8 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
             timeout = max(1.0, min(timeout, deadline - time.monotonic()))
             kw["stall_timeout"] = min(kw["stall_timeout"], timeout)
     return run_tests(spec, ko, seeds, log_dir, cmds=cmds,
-                     append=fabric_append(spec, hidden=hidden) + list(append), timeout=timeout,
+                     append=fabric_append(spec, hidden=hidden) + list(append)
+                     + detector_append(factor), timeout=timeout,
                      console_cap=spec.limits.console_cap if console_cap is None else console_cap,
                      cfg=cfg, **kw)
 
