@@ -35,6 +35,7 @@ wrong fixes), solutions, others and all:
     KEY.seconds    the jobs' wall-clock seconds, "min-max" (rounded)
     KEY.runs       how many jobs
     KEY.score      their scores, "min-max"
+    KEY.failed     every test that failed in any of them ("none")
 
 and every file gives its header keys (command, kernel, date, ...), the
 "# key: value" lines before its first line that is not a comment.
@@ -126,6 +127,8 @@ def parse_containers(body):
         scores = [j["score"] for j in group if j["score"] is not None]
         if scores:
             keys[f"{key}.score"] = _span(scores)
+        failed = sorted({t for j in group for t in j.get("failed", [])})
+        keys[f"{key}.failed"] = ", ".join(failed) or "none"
     return keys
 
 
