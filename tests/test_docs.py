@@ -879,8 +879,10 @@ class BrowserTest(unittest.TestCase):
     def test_tables_fit_the_text_column(self):
         """At 1280 px no table of any content page is wider than the text
         column (the theme's nowrap cells hid the labs table's third column,
-        issue 36); at phone width (390 px) the labs table's last column is
-        on the screen. Screenshots of the labs page at both widths are left
+        issue 36); at phone width (390 px) no page is wider than the screen
+        (a table may scroll inside its own frame: two do, by a few pixels,
+        rather than break a word such as "2004"), and the labs table's last
+        column is on the screen. Screenshots of the labs page at both widths are left
         in the screenshots folder."""
         wider = ("[...document.querySelectorAll('.wy-table-responsive')]"
                  ".filter(w => w.scrollWidth > w.clientWidth + 1)"
@@ -896,6 +898,13 @@ class BrowserTest(unittest.TestCase):
             self._open("labs/index.html")
             self._screenshot("labs-index-1280.png")
             self._set_width(390)
+            for page in PAGES:
+                if page in ("search.html", "genindex.html"):
+                    continue
+                with self.subTest(page=page, width=390):
+                    self._open(page)
+                    doc = self._eval("[document.documentElement.scrollWidth, window.innerWidth]")
+                    self.assertLessEqual(doc[0], doc[1], f"{page}: the page runs off a phone's screen")
             self._open("labs/index.html")
             self._screenshot("labs-index-390.png")
             right = self._eval("(() => { const c = document.querySelector("
