@@ -60,6 +60,7 @@ extensions = [
     "kernel_include",
     "tracefig",
     "labvariants",
+    "figures",
 ]
 
 # Where a source is cited by a stable identifier, these roles make it a link.

@@ -16,6 +16,11 @@
   naming its row of Documentation/figures/labstats.txt or answerkey.txt,
   and that row holds the count; a row measured on an older kernel is quoted
   with that kernel (issue 36, FIGURE_CITE).
+- Every other measured number a page quotes (the benchmark's costs, the
+  platforms' grading times) is a :figure:`FILE KEY` role that reads it
+  from Documentation/figures/FILE.txt at build time; a role whose file or
+  key does not exist fails, and so does a measurement copied by hand into
+  a paragraph that quotes figures by role (FIGURE_ROLE).
 - Code on the lab page comes from the lab's files (literalinclude), and the
   recorded trace figures are drawn from Documentation/figures/*-trace.txt as
   inline SVG: the race with an overtaken doorbell, the fixes without one.
@@ -29,6 +34,7 @@ import base64
 import functools
 import html.parser
 import http.server
+import json
 import os
 import queue
 import re
@@ -591,6 +597,110 @@ def _text_of(s):
     return " ".join(s.split())
 
 
+# Measured numbers other than run counts (the benchmark's nanoseconds and
+# ratios, the platforms' grading seconds) are not written in the pages at
+# all: a :figure:`FILE KEY` role (Documentation/sphinx/figures.py) reads
+# each from its figures file when the pages are built. A paragraph that
+# quotes figures that way must not also carry a hand-copied measurement
+# (nanoseconds, picoseconds, a range of seconds), which no file backs.
+FIGURE_ROLE = re.compile(r":figure:`([^`]*)`")
+COPIED_MEASURE = re.compile(r"\b\d[\d,]*(?:\.\d+)?(?:--|-)?\d*(?:\.\d+)? ?(?:ns|ps)\b"
+                            r"|\b\d+(?:--|-)\d+ s\b")
+
+
+def figure_role_problems(texts, folder=None):
+    """One line per :figure: role whose file or key does not exist, and per
+    hand-copied measurement in a paragraph that quotes figures by role."""
+    import figures
+    folder = folder or figures.FIGURES
+    problems, cache = [], {}
+    for rel, text in sorted(texts.items()):
+        for m in FIGURE_ROLE.finditer(text):
+            try:
+                figures.figure_value(m.group(1), folder=folder, cache=cache)
+            except figures.FiguresError as e:
+                problems.append(f"{rel}: {m.group(0)}: {e}")
+        for para in re.split(r"\n\s*\n", text):
+            if not FIGURE_ROLE.search(para):
+                continue
+            for m in COPIED_MEASURE.finditer(FIGURE_ROLE.sub("", para)):
+                problems.append(f"{rel}: {m.group(0)!r} copied by hand beside "
+                                "figures quoted from their file")
+    return problems
+
+
+class FigureRoleTest(unittest.TestCase):
+    """Every :figure: role names a figures file and a key it holds, and no
+    paragraph that quotes figures so carries a measurement copied by hand."""
+
+    def test_every_figure_role_resolves(self):
+        self.assertEqual(figure_role_problems(read_sources()), [])
+
+    def test_the_pages_quote_measurements_by_role(self):
+        """The benchmark's figures and the platforms' grading times come
+        from their files on the pages that teach them."""
+        texts = read_sources()
+        for rel, name in (("Documentation/reference/fabric.rst", "bench"),
+                          ("Documentation/kit/platform.rst", "bench"),
+                          ("Documentation/instructor/index.rst", "containers-gradescope"),
+                          ("Documentation/instructor/prairielearn.rst",
+                           "containers-prairielearn")):
+            with self.subTest(page=rel):
+                used = {m.group(1).split()[0] for m in FIGURE_ROLE.finditer(texts[rel])}
+                self.assertIn(name, used)
+
+    def test_the_parsers_read_every_figure_line(self):
+        """A benchmark line or a job the parser does not understand would
+        leave a key out silently: every diagnostic line of bench*.txt
+        matches a pattern, and every job of containers-*.txt is counted."""
+        import figures
+        for f in sorted(os.listdir(FIGURES)):
+            name = f[:-4]
+            if f.startswith("bench") and f.endswith(".txt"):
+                with open(os.path.join(FIGURES, f), encoding="utf-8") as fh:
+                    diag = [line.strip() for line in fh
+                            if re.match(r"\s+# ", line)]
+                self.assertTrue(diag, f)
+                for line in diag:
+                    with self.subTest(file=f, line=line):
+                        self.assertTrue(any(p.search(line) for p, _ in figures.BENCH_LINES))
+            elif f.startswith("containers-") and f.endswith(".txt"):
+                with open(os.path.join(FIGURES, f), encoding="utf-8") as fh:
+                    body = "".join(line for line in fh if not line.startswith("#"))
+                keys = figures.read_figures(name)
+                self.assertEqual(int(keys["all.runs"]), len(json.loads(body)), f)
+
+    def test_the_check_sees_a_wrong_figure(self):
+        """The check on the real pages and files: a key that does not
+        exist, a file that does not exist, a figures file that does not say
+        its kernel, and a number copied by hand beside quoted ones."""
+        import figures
+        texts = read_sources()
+        home = "Documentation/reference/fabric.rst"
+        page = texts[home]
+        role = ":figure:`bench cpu0.readback_ns`"
+        self.assertIn(role, page)
+        value = figures.figure_value("bench cpu0.readback_ns")
+        changes = {
+            "key": page.replace(role, ":figure:`bench cpu0.readback_us`"),
+            "file": page.replace(role, ":figure:`benchmark cpu0.readback_ns`"),
+            "copied": page.replace(role, value + " ns"),
+        }
+        for what, changed in changes.items():
+            with self.subTest(what):
+                self.assertNotEqual(changed, page)
+                problems = figure_role_problems(dict(texts, **{home: changed}))
+                self.assertTrue(any(p.startswith(home) for p in problems),
+                                f"a {what} change was not caught")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(FIGURES, "bench.txt"), encoding="utf-8") as f:
+                text = f.read()
+            with open(os.path.join(tmp, "bench.txt"), "w", encoding="utf-8") as f:
+                f.write(re.sub(r"(?m)^# kernel:.*\n", "", text))
+            problems = figure_role_problems({home: page}, folder=tmp)
+            self.assertTrue(any("kernel" in p for p in problems), problems)
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -769,8 +879,10 @@ class BrowserTest(unittest.TestCase):
     def test_tables_fit_the_text_column(self):
         """At 1280 px no table of any content page is wider than the text
         column (the theme's nowrap cells hid the labs table's third column,
-        issue 36); at phone width (390 px) the labs table's last column is
-        on the screen. Screenshots of the labs page at both widths are left
+        issue 36); at phone width (390 px) no page is wider than the screen
+        (a table may scroll inside its own frame: two do, by a few pixels,
+        rather than break a word such as "2004"), and the labs table's last
+        column is on the screen. Screenshots of the labs page at both widths are left
         in the screenshots folder."""
         wider = ("[...document.querySelectorAll('.wy-table-responsive')]"
                  ".filter(w => w.scrollWidth > w.clientWidth + 1)"
@@ -786,6 +898,13 @@ class BrowserTest(unittest.TestCase):
             self._open("labs/index.html")
             self._screenshot("labs-index-1280.png")
             self._set_width(390)
+            for page in PAGES:
+                if page in ("search.html", "genindex.html"):
+                    continue
+                with self.subTest(page=page, width=390):
+                    self._open(page)
+                    doc = self._eval("[document.documentElement.scrollWidth, window.innerWidth]")
+                    self.assertLessEqual(doc[0], doc[1], f"{page}: the page runs off a phone's screen")
             self._open("labs/index.html")
             self._screenshot("labs-index-390.png")
             right = self._eval("(() => { const c = document.querySelector("
