@@ -297,7 +297,9 @@ NEW_PLATFORM = {
             return True
 
         PLATFORM = Platform(
-            name="newplat", title="NewPlat", root_setting="autograder", student="in",
+            name="newplat", title="NewPlat", student="in",
+            # Its container's root: beside this folder (no Config field of its own).
+            root_setting="", root_default=os.path.join(os.path.dirname(__file__), "..", "root"),
             results="out/result.json", write_results=write_results,
             problems=lambda doc: [] if isinstance(doc, dict) else ["not an object"],
             package=__name__, packs="a lab's NewPlat bundle",
@@ -402,7 +404,6 @@ graded = []
 def fake_grade_one(spec, path, sub_id, opts, platform=None):
     graded.append([path, platform.name, opts.deadline - grade_command.STARTED])
     return stages.not_graded(spec, sub_id, "intake", "no ringdrv.c")
-os.environ["MMIOLAB_AUTOGRADER"] = os.path.join(tmp, "root")
 with mock.patch.object(grade_command, "grade_one", fake_grade_one), \
         mock.patch.object(grade_command, "confinement", lambda cfg: ("jail", "")), \
         mock.patch.object(grade_command.initramfs, "build", lambda cfg: None), \
@@ -472,13 +473,12 @@ class FolderPlatformTest(unittest.TestCase):
                                  text=True, env=env, timeout=600)
             self.assertEqual(res.returncode, 0, res.stderr[-4000:])
             seen = json.loads(res.stdout.splitlines()[-1])
-            root = os.path.join(tmp, "root")
         self.assertIn("newplat", seen["usage"])
         self.assertIn("a lab's NewPlat bundle", seen["usage"])
         self.assertEqual(seen["pack"], [0, ["newplat-doorbell.txt"]])
         self.assertIn("--newplat", seen["grade help"])
         self.assertEqual(seen["grade status"], 0)
-        self.assertEqual(seen["graded"], [[os.path.join(root, "in"), "newplat",
+        self.assertEqual(seen["graded"], [[os.path.join(folder, "..", "root", "in"), "newplat",
                                            300 - grade_command.JOB_RESERVE]])
         status, text = seen["calibrate"]
         self.assertEqual(status, 1, text)

@@ -64,7 +64,9 @@ class Platform:
     """One grading platform's contract with the grader in its container."""
     name: str                  # --platform NAME; what results and gradebooks call it
     title: str                 # as its users write it
-    root_setting: str          # the Config field of the container's root (/autograder)
+    # The container's root (/autograder): the Config field that holds it, so
+    # that an MMIOLAB_* variable moves it (tests do), or "" and root_default.
+    root_setting: str
     student: str               # the submission's folder, under the root
     results: str               # the results file the platform reads, under the root
     write_results: Callable[[GradeResult, str], bool]   # whether it wrote the file
@@ -72,6 +74,8 @@ class Platform:
     package: str               # its folder's module: pack, command and runner are in it
     packs: str                 # what its pack subcommand makes (its line in the usage)
     container: Container       # its grading container's default limits
+    root_default: str = ""     # the root where root_setting is "" (a new platform's:
+                               # no Config field needed)
 
     def budget(self, cfg: Config) -> int:
         """Seconds one grading may take here: the limit the instructor set
@@ -79,6 +83,8 @@ class Platform:
         return cfg.time_limit or self.container.timeout
 
     def root(self, cfg: Config) -> str:
+        if not self.root_setting:
+            return self.root_default
         value: str = getattr(cfg, self.root_setting)
         return value
 
