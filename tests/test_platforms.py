@@ -23,7 +23,7 @@ from mmiolab.commands import grade as grade_command
 from mmiolab.config import Config
 from mmiolab.commands import COMMANDS
 from mmiolab.platforms import PLATFORMS, Container, Platform, platform
-from mmiolab.platforms.base import ImageRecipe, RootCheck
+from mmiolab.platforms.base import RootCheck
 from kitcfg import BUILD
 
 PIPELINE = ("stages.py", "grade.py", "report.py", "gradebook.py", "model.py")
