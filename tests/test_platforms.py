@@ -96,6 +96,22 @@ class RegistryTest(unittest.TestCase):
                 self.assertFalse({"gradescope", "prairielearn"} & {x.lower() for x in names},
                                  f"{module} names a platform")
 
+    def test_the_commands_and_runners_pick_no_platform_by_name(self):
+        """The commands that take platforms, scripts/containers and
+        scripts/cleanroot go over the registry: no branch on a platform's
+        name, no PLATFORMS["gradescope"] (words in docstrings aside)."""
+        for path in ("scripts/containers", "scripts/cleanroot", "scripts/mmiolab/__main__.py",
+                     "scripts/mmiolab/commands/__init__.py", "scripts/mmiolab/commands/grade.py",
+                     "scripts/mmiolab/commands/calibrate.py"):
+            with open(os.path.join(ROOT, path)) as f:
+                tree = ast.parse(f.read())
+            said = {n.value.lower() for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            said |= {n.id.lower() for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            said |= {n.attr.lower() for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+            with self.subTest(path):
+                self.assertFalse(set(PLATFORMS) & said, f"{path} picks a platform by name")
+
 
 class OptionTest(unittest.TestCase):
     def parse(self, *argv):
