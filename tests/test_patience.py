@@ -237,7 +237,8 @@ class SpeedTest(unittest.TestCase):
 class CalibrateCommandTest(unittest.TestCase):
     """What an image build prints (the calibration guest faked)."""
 
-    def run_command(self, budget: float, typical: float, work: float) -> tuple[int, str]:
+    def run_command(self, budget: float, typical: float, work: float,
+                    platform: str = "Gradescope") -> tuple[int, str]:
         import argparse
         import contextlib
         import dataclasses
@@ -251,7 +252,7 @@ class CalibrateCommandTest(unittest.TestCase):
         # The guest got 0.25 CPUs: a submission of `typical` CPU seconds takes 4 times that.
         cal = speed.Calibration(work, 3.0, 2, work / speed.REFERENCE_WORK_SECONDS, 0.5, "", 0.25)
         out = io.StringIO()
-        args = argparse.Namespace(lab=["doorbell"], budget=budget, platform="Gradescope")
+        args = argparse.Namespace(lab=["doorbell"], budget=budget, platform=platform)
         with mock.patch.object(speed, "calibrate", return_value=cal), \
                 mock.patch.object(speed, "cpu_share", return_value=(0.5, "a CPU quota")), \
                 mock.patch.object(labspec, "load_lab", return_value=spec), \
@@ -269,6 +270,18 @@ class CalibrateCommandTest(unittest.TestCase):
         self.assertEqual(status, 1, text)
         self.assertIn("WARNING: Gradescope's limit of 600s cannot fit a doorbell submission "
                       "here (about 800s)", text)
+
+    def test_a_platforms_name_brings_its_time_limit(self):
+        """--platform gradescope (the setup template's): the registry's limit,
+        with no --budget beside it to drift from it."""
+        status, text = self.run_command(0, 200, speed.REFERENCE_WORK_SECONDS * 4, "gradescope")
+        self.assertEqual(status, 1, text)
+        self.assertIn("WARNING: Gradescope's limit of 600s cannot fit a doorbell submission "
+                      "here (about 800s)", text)
+        status, text = self.run_command(0, 200, speed.REFERENCE_WORK_SECONDS * 4, "elsewhere")
+        self.assertEqual(status, 0, text)
+        self.assertNotIn("WARNING", text)
+        self.assertNotIn("limit of", text)
 
 
 if __name__ == "__main__":

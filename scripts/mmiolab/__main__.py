@@ -36,8 +36,10 @@ def command(name: str) -> ModuleType | None:
     """The module of subcommand `name`, or None where this kit leaves it (or a
     module it needs) out: a student handout or an autograder carries no
     instructor's tools (handout.INSTRUCTOR_TOOLS)."""
+    module = COMMANDS[name][0]
     try:
-        return importlib.import_module(f".commands.{COMMANDS[name][0]}", __package__)
+        return importlib.import_module(module if "." in module else f".commands.{module}",
+                                       __package__)
     except ModuleNotFoundError as e:
         if (e.name or "").startswith(__package__ + "."):
             return None

@@ -4,6 +4,10 @@ Each module has add_arguments(parser) and run(args, cfg) -> int (the exit
 status), and may have overrides(args) -> dict: the Config fields its
 arguments set (vm --smp 4). __main__.py builds the one parser, the Config
 (Config.from_env(os.environ, **overrides)) and catches MmiolabError.
+
+A grading platform's pack subcommand is its own folder's command.py
+(platforms/NAME/command.py), listed here from the registry: adding a
+platform adds its subcommand with no line here.
 """
 
 import argparse
@@ -11,6 +15,7 @@ import sys
 from collections.abc import Callable
 
 from .. import MmiolabError, labspec
+from ..platforms import PLATFORMS
 
 
 def add_pack_arguments(ap: argparse.ArgumentParser, packs: str, out: str, where: str) -> None:
@@ -38,10 +43,10 @@ def pack_each(prog: str, labs: list[str], pack: Callable[[str], str],
     return 0
 
 
-# subcommand: (its module here, its usage name, what it does). The usage name
-# is the script's it was before (scripts/grade, scripts/kit labvm...): usage
-# and error lines read as they did.
-COMMANDS: dict[str, tuple[str, str, str]] = {
+# subcommand: (its module, here or absolute, its usage name, what it does). The
+# usage name is the script's it was before (scripts/grade, scripts/kit labvm...):
+# usage and error lines read as they did.
+_COMMANDS: dict[str, tuple[str, str, str]] = {
     "grade": ("grade", "grade", "grade lab submissions in the lab VM"),
     "kernel": ("kernel", "kit kernel", "unpack, patch and build the lab kernel"),
     "initramfs": ("initramfs", "kit initramfs", "build the guest's initramfs"),
@@ -54,9 +59,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge": ("merge", "python3 -m mmiolab merge",
               "merge results and gradebook shards into one gradebook"),
     "handout": ("handout", "handout", "each lab's student handout"),
-    "gradescope": ("gradescope", "gradescope", "a lab's Gradescope autograder zip"),
-    "prairielearn": ("prairielearn", "prairielearn",
-                     "a lab's PrairieLearn question and grader image"),
     "labstats": ("labstats", "labstats", "measure a lab's claims over many seeded runs"),
     "demo": ("demo", "demo", "build the kit and show it working"),
     "trace-timeline": ("trace_timeline", "trace-timeline", "record the docs' doorbell traces"),
@@ -66,3 +68,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "calibrate": ("calibrate", "kit calibrate",
                   "measure this machine's guest speed and a submission's time here"),
 }
+
+# The platforms' pack subcommands (scripts/gradescope, ...) come after handout,
+# the other packer.
+COMMANDS: dict[str, tuple[str, str, str]] = {}
+for _name, _entry in _COMMANDS.items():
+    COMMANDS[_name] = _entry
+    if _name == "handout":
+        COMMANDS.update({p.name: (p.command, p.name, p.packs) for p in PLATFORMS.values()})

@@ -1,7 +1,10 @@
 """The grading platforms the kit grades in, by name (base.Platform says what
 one is). Adding a platform: a folder platforms/NAME/ with __init__.py (its
-contract, write_results, problems, PLATFORM) and pack.py (pack, default_out),
-its templates in templates/, a subcommand that packs it, and one line below.
+contract, write_results, problems, PLATFORM), pack.py (pack, default_out),
+command.py (its pack subcommand) and runner.py (image, job, read, ROOT_CHECK),
+its templates in templates/, and one line below; its docs and test. The
+grade command (--platform NAME, --NAME), the subcommands, scripts/containers
+and scripts/cleanroot --check take it from here.
 """
 
 from __future__ import annotations

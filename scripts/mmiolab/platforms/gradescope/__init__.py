@@ -99,7 +99,7 @@ PLATFORM = Platform(
     name="gradescope", title="Gradescope", root_setting="autograder",
     student="submission", results="results/results.json",
     write_results=write_results, problems=problems,
-    pack_module=__name__ + ".pack",
+    package=__name__, packs="a lab's Gradescope autograder zip",
     # Gradescope's troubleshooting page: half a CPU, 768 MB, 10 minutes by
     # default. Gradescope builds the image on its own machines, so the build
     # gets the same limits.

@@ -196,7 +196,7 @@ PLATFORM = Platform(
     name="prairielearn", title="PrairieLearn", root_setting="prairielearn",
     student="student", results="results/results.json",
     write_results=write_results, problems=problems,
-    pack_module=__name__ + ".pack",
+    package=__name__, packs="a lab's PrairieLearn question and grader image",
     # grader-host's defaults (apps/grader-host/src/lib/config.ts, above): 0.9
     # of a CPU, 2 GiB and no swap, 1024 processes; a job's time "cannot exceed
     # 600 seconds" (docs/externalGrading.md), the question's timeout (pack.py).

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import labspec
-from ..config import Config
-from ..platforms import PLATFORMS
-from . import add_pack_arguments, pack_each
+from ... import labspec
+from ...commands import add_pack_arguments, pack_each
+from ...config import Config
+from . import pack as packer
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -25,7 +25,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    packer = PLATFORMS["gradescope"].packer()
     out = args.out or packer.default_out(cfg)
     return pack_each("gradescope", args.lab or labspec.lab_names(),
                      lambda name: str(packer.pack(labspec.load_lab(name), out,

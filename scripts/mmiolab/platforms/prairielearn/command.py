@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from .. import labspec
-from ..config import Config
-from ..platforms import PLATFORMS
-from . import add_pack_arguments, pack_each
+from ... import labspec
+from ...commands import add_pack_arguments, pack_each
+from ...config import Config
+from . import pack as packer
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -25,11 +25,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--image", default="",
                     help="the image name info.json gives (with one lab; {lab} is replaced "
                          "by the lab's name; default: a name that cannot be pulled, "
-                         f"{PLATFORMS['prairielearn'].packer().DEFAULT_IMAGE})")
+                         f"{packer.DEFAULT_IMAGE})")
 
 
 def run(args: argparse.Namespace, cfg: Config) -> int:
-    packer = PLATFORMS["prairielearn"].packer()
     out = args.out or packer.default_out(cfg)
     return pack_each("prairielearn", args.lab or labspec.lab_names(),
                      lambda name: str(packer.pack(labspec.load_lab(name), out,
