@@ -159,7 +159,7 @@ class RacePictureTest(unittest.TestCase):
                               name)
             for svg in (d.svg, d.focus_svg, d.focus_narrow_svg):
                 self.assertIn(f'data-seq="{seq}"', svg)
-                self.assertIn("still queued at the trace's end", svg)
+                self.assertIn("still queued at the end", svg)
             self.assertTrue(any(s.startswith("[the finding]") and "still in its CPU's queue"
                                 in s for s in d.words), d.words)
             self.browser.open(path, 1280, 900)

@@ -808,8 +808,8 @@ def in_words(tr: Trace, marked: Marked) -> list[str]:
                         f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.posted)}, "
                         + ("still in its CPU's queue" if w.drain is None else
                            f"enters the bridge at {at(w.drained)}, still in the bridge")
-                        + f" when the trace ends at {at(trace_end(tr))}: it had not reached "
-                        "the card."))
+                        + f" where the trace shown ends ({at(trace_end(tr))}): it had not "
+                        "reached the card."))
             continue
         out.append((w.posted, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
                     f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.posted)}, enters "
@@ -1390,8 +1390,8 @@ def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool,
             "round trips. Writes that wait together (a stalled queue, a burst in the bridge) "
             "are one grey bar, with how many; hover for what they were.")
     if going:
-        note += (" A bar that ends in an arrow: the write had not reached the card when the "
-                 "trace ends.")
+        note += (" A bar that ends in an arrow: the write had not reached the card where the "
+                 "trace shown ends.")
     if irqs:
         note += (" Triangles: the card's interrupt handler starts on that CPU (late: after the "
                  "call that disabled it had returned, dashed line).")
@@ -1418,8 +1418,8 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
             f"{sum(s.kind == 'read' for s in L.spans)} reads."
             + (f" {len(L.q_groups)} stalled queues and {len(L.b_groups)} bursts in the bridge "
                "are drawn as one bar each." if folded else "")
-            + (f" {len(L.going)} had not reached the card when the trace ends." if L.going
-               else ""))
+            + (f" {len(L.going)} had not reached the card where the trace shown ends."
+               if L.going else ""))
     _el(svg, "title", title or "Recorded mmiosim trace", id=f"{ident}-title")
     _el(svg, "desc", desc, id=f"{ident}-desc")
     _el(svg, "style",
@@ -1569,7 +1569,7 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
         post_ts = w.posted if w.post_ts is None else w.post_ts     # set with post: never None
         late = post_ts - w.posted > 1000
         going = L.going.get(w.seq)
-        ends = f"when the trace ends at +{(w.arrived - L.t0) / 1000:.2f} \u00b5s"
+        ends = f"where the trace shown ends (+{(w.arrived - L.t0) / 1000:.2f} \u00b5s)"
         tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
                f"posted at +{(w.posted - L.t0) / 1000:.2f} \u00b5s"
                + (" or a little earlier (its trace line, recorded after the fabric delivered "
@@ -1660,13 +1660,12 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
 
 def _draw_going(item: ET.Element, L: _Layout, labels: _Labels, w: Write,
                 lane: tuple[str, int], y: float, colour: str) -> None:
-    """Say where a write still on its way when the trace ends is (its bar,
-    at y, ends there in an arrow): below the bar first, as the return of a
-    call at the trace's end is labelled above its lane's first row."""
+    """Say where a write still on its way when the trace shown ends is (its
+    bar, at y, ends there in an arrow): below the bar first, as the return of
+    a call at the end is labelled above its lane's first row."""
     top, hgt = L.lane[lane]
     xe = L.x(w.arrived)
-    text = "still queued at the trace's end" if lane[0] == "cpu" else \
-        "still in the bridge at the trace's end"
+    text = "still queued at the end" if lane[0] == "cpu" else "still in the bridge at the end"
     labels.place(item, text, [(xe, y + 14, "end"), (xe, y - 6, "end"),
                               (L.x(w.posted), y + 14, "start"), (L.width - 4, y + 14, "end"),
                               (L.width - 4, y - 6, "end")], 10.5, bold=True,
