@@ -130,7 +130,7 @@ class RacePictureTest(unittest.TestCase):
                         self.assertTrue(any(f"seq={seq}" in t for t in shown), seq)
                     if d.finding.kind == "late-interrupt":
                         self.assertTrue(self.browser.eval(
-                            "Array.from(document.querySelectorAll('svg g.mmiosim-irq.late text'))"
+                            "Array.from(document.querySelectorAll('svg g.mmiosim-labels.late text'))"
                             ".some(t => t.checkVisibility() && t.textContent === 'late IRQ')"),
                             "the late interrupt is not labelled")
                     self.browser.screenshot(path, width, os.path.join(
