@@ -974,12 +974,16 @@ def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs: object) 
 
 
 def _nice_step(span_us: float, target: int = 8) -> float:
+    """A tick step of 1, 2, 2.5 or 5 times a power of ten (at least 0.1 µs),
+    giving about target ticks: a 65 ms stall's axis reads 0, 20000, 40000,
+    not 0, 23102.8, 46205.6."""
     raw = span_us / target
-    for m in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000,
-              2000, 5000, 10000):
-        if m >= raw:
-            return m
-    return raw
+    decade = 0.1
+    while True:
+        for m in (1, 2, 2.5, 5):
+            if m * decade >= raw:
+                return round(m * decade, 1)
+        decade *= 10
 
 
 def _place_rows(items: list[Write | _Group], rows: list[int], row_of: dict[int, int], groups: list[_Group],
