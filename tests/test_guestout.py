@@ -177,6 +177,24 @@ class WorstInputsTest(unittest.TestCase):
         self.assertEqual(recs[0].problem, "")
         self.assertTrue(timeline.draw(recs[0].text, ring=ring()).svg)
 
+    def test_a_disable_that_never_arrived_gets_its_picture(self):
+        # A posting wrong fix's run whose interrupt disable was still queued
+        # when the trace ends: the report carries race.svg, race.html and the
+        # picture in words (it had none: nothing in it was complete).
+        with open(os.path.join(os.path.dirname(DATA), "traces", "posting-delay-jiffies.txt.gz"),
+                  "rb") as f:
+            b = base64.b64encode(f.read()).decode()
+        ch = "=== mmiolab record 1 begin ===\n" + b + "\n=== mmiolab record 1 end ===\n"
+        out = tempfile.mkdtemp(prefix="picture-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        pic = guestout.race_picture(ch, out, "posting", TREE.src)
+        self.assertIsNotNone(pic)
+        self.assertTrue(os.path.exists(os.path.join(out, "race.svg")))
+        self.assertIn("INT_ENABLE (seq=513)", pic.text)
+        self.assertIn("[the finding] seq 513: CPU 0 writes 0 to INT_ENABLE", pic.text)
+        self.assertIn("still in its CPU's queue", pic.text)
+        self.assertIn("still queued at the end", pic.html)
+
 
 def adversarial_outputs(rng):
     """(label, channel, console): guest output shaped to hurt the host's parsers."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import dataclasses
 import functools
 import html
 import os
@@ -736,7 +737,7 @@ class Drawing:
     focus_svg: str = ""
     focus_narrow_svg: str = ""
     words: list[str] = field(default_factory=list)
-    focus_writes: int = 0   # writes on the first screen (of all the excerpt's complete ones)
+    focus_writes: int = 0   # writes on the first screen (of the excerpt's drawn() ones)
     excerpt_writes: int = 0
 
 
@@ -746,12 +747,33 @@ FOCUS_CONTEXT = 2
 PHONE_WIDTH = 360
 
 
+def still_going(w: Write) -> bool:
+    """w was posted and had not reached the card when the trace ends (still in
+    its CPU's queue, or in the bridge): drawn up to the trace's end. (An
+    excerpt takes each write whole, so a write in it without an arrival has
+    none in the whole trace; a lost drain line alone does not make one.)"""
+    return w.post is not None and w.arrive is None
+
+
+def drawn(tr: Trace) -> list[Write]:
+    """The writes a picture of tr draws, by seq: the complete ones, and those
+    still on their way when the trace ends (a disable the call returned
+    before, held in a stalled queue: the posting lab's failure)."""
+    return sorted((w for w in tr.writes.values() if w.complete or still_going(w)),
+                  key=lambda w: w.seq)
+
+
+def trace_end(tr: Trace) -> int:
+    """The time of the trace's last event, in ns (its line's timestamp)."""
+    return max((ev.ts_ns for ev in tr.events), default=0)
+
+
 def focus(tr: Trace, marked: Marked) -> Trace:
     """What the first screen shows: the writes a finding names and, for each,
-    the FOCUS_CONTEXT complete writes posted just before and just after it,
-    with the reads and waits of that time, the late interrupts, and the
+    the FOCUS_CONTEXT writes drawn (drawn()) posted just before and just after
+    it, with the reads and waits of that time, the late interrupts, and the
     return of a call whose interrupt disable is among them."""
-    ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    ws = drawn(tr)
     index = {w.seq: i for i, w in enumerate(ws)}
     chosen: set[int] = set()
     for seq in marked:
@@ -762,7 +784,7 @@ def focus(tr: Trace, marked: Marked) -> Trace:
         return tr
     writes = {seq: tr.writes[seq] for seq in sorted(chosen)}
     lo = min(w.posted for w in writes.values())
-    hi = max(w.arrived for w in writes.values())
+    hi = max(trace_end(tr) if w.arrive is None else w.arrived for w in writes.values())
     returns = [r for r in tr.returns if r.disabled is not None and r.disabled.seq in chosen]
     irqs = [q for q in tr.irqs if q.late]
     spans = [sp for sp in tr.spans if sp.end >= lo and sp.start <= hi]
@@ -772,7 +794,7 @@ def focus(tr: Trace, marked: Marked) -> Trace:
 def in_words(tr: Trace, marked: Marked) -> list[str]:
     """The picture as sentences, for a screen reader or a terminal: each write
     drawn, then each interrupt and return, in the order they happened."""
-    ws = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    ws = drawn(tr)
     if not ws:
         return []
     t0 = min([w.posted for w in ws] + [q.ts for q in tr.irqs] + [r.ts for r in tr.returns])
@@ -781,6 +803,14 @@ def in_words(tr: Trace, marked: Marked) -> list[str]:
         return f"+{(t - t0) / 1000:.2f} \u00b5s"
     out: list[tuple[int, str]] = []
     for w in ws:
+        if still_going(w):
+            out.append((w.posted, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
+                        f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.posted)}, "
+                        + ("still in its CPU's queue" if w.drain is None else
+                           f"enters the bridge at {at(w.drained)}, still in the bridge")
+                        + f" where the trace shown ends ({at(trace_end(tr))}): it had not "
+                        "reached the card."))
+            continue
         out.append((w.posted, f"{'[the finding] ' if w.seq in marked else ''}seq {w.seq}: "
                     f"CPU {w.cpu} writes {w.val} to {w.reg}; posted at {at(w.posted)}, enters "
                     f"the bridge at {at(w.drained)}"
@@ -868,8 +898,7 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
         return Drawing("", excerpt, finding, summary, warnings)
     return Drawing(svg, excerpt, finding, summary, warnings, focus_svg, narrow_svg,
                    in_words(near, finding.marked),
-                   sum(w.complete for w in near.writes.values()),
-                   sum(w.complete for w in cut.writes.values()))
+                   len(drawn(near)), len(drawn(cut)))
 
 
 def html_page(d: Drawing, title: str) -> str:
@@ -945,12 +974,16 @@ def _el(parent: ET.Element, tag: str, text: str | None = None, **attrs: object) 
 
 
 def _nice_step(span_us: float, target: int = 8) -> float:
+    """A tick step of 1, 2, 2.5 or 5 times a power of ten (at least 0.1 µs),
+    giving about target ticks: a 65 ms stall's axis reads 0, 20000, 40000,
+    not 0, 23102.8, 46205.6."""
     raw = span_us / target
-    for m in (0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000,
-              2000, 5000, 10000):
-        if m >= raw:
-            return m
-    return raw
+    decade = 0.1
+    while True:
+        for m in (1, 2, 2.5, 5):
+            if m * decade >= raw:
+                return round(m * decade, 1)
+        decade *= 10
 
 
 def _place_rows(items: list[Write | _Group], rows: list[int], row_of: dict[int, int], groups: list[_Group],
@@ -1010,14 +1043,36 @@ class _Labels:
     places where it stays inside its region (by default the picture) and
     overlaps no label placed before it; a label with no such place is left
     out (what it says is in its item's tooltip and in the text version).
-    Labels are placed in order of importance: the finding's first."""
+    Labels are placed in order of importance: the finding's first.
+
+    An item's labels are drawn in layer (put last in the picture, over every
+    line and bar: a later write's lines would otherwise cross an earlier
+    write's label), in a group of their own that carries the item's classes
+    after its first (mmiosim-write marked: mmiosim-labels marked) and its
+    tooltip; the frame's, the axis' and the legend's stay where they are."""
 
     PAD = 1.5
 
-    def __init__(self, width: float, height: float):
+    def __init__(self, width: float, height: float, layer: ET.Element | None = None):
         self.width, self.height = width, height
         self.boxes: list[Box] = []
         self.dropped = 0
+        self.layer = layer
+        self.root: ET.Element | None = None      # the drawing's group: labels stay in it
+        self.groups: dict[int, ET.Element] = {}  # id(item) -> its labels' group
+
+    def _parent(self, item: ET.Element) -> ET.Element:
+        if self.layer is None or item is self.root or item.tag != "g" \
+                or not item.get("class"):
+            return item
+        g = self.groups.get(id(item))
+        if g is None:
+            cls = " ".join(["mmiosim-labels"] + (item.get("class") or "").split()[1:])
+            g = self.groups[id(item)] = _el(self.layer, "g", class_=cls)
+            tip = item.find("title")
+            if tip is not None:
+                _el(g, "title", tip.text)
+        return g
 
     def box(self, text: str, x: float, y: float, anchor: str, size: float, mono: bool,
             bold: bool) -> Box:
@@ -1058,7 +1113,7 @@ class _Labels:
             attrs["class_"] = cls
         if style:
             attrs["style"] = style
-        return _el(parent, "text", text, **attrs)
+        return _el(self._parent(parent), "text", text, **attrs)
 
 
 def _wrap(text: str, width: float, size: float) -> list[str]:
@@ -1179,6 +1234,9 @@ class _Layout:
     narrow: bool
     marked: Marked              # seq -> (queue label, bridge label): the finding's writes
     title_lines: list[str]
+    # seq -> "queue" or "bridge": where a write still on its way when the
+    # trace ends is then (drawn up to the end, not to the card)
+    going: dict[int, str] = field(default_factory=dict)
 
     def x(self, t: float) -> float:
         return self.left + (t - self.lo_ns) / (self.hi_ns - self.lo_ns) * \
@@ -1196,13 +1254,16 @@ def render_svg(tr: Trace, title: str = "", width: int = 960, ident: str = "tl",
     wait together are folded into one labelled bar."""
     doorbell = tr.ring.doorbell if doorbell is None else doorbell
     L = _layout(tr, title, width, marked or {}, doorbell)
-    labels = _Labels(L.width, L.height)
+    layer = ET.Element("g", {"class": "mmiosim-text"})
+    labels = _Labels(L.width, L.height, layer)
     svg, g, arrow = _draw_frame(L, title, ident, labels)
+    labels.root = g
     _draw_axis(g, L, labels)
     _draw_legend(g, L, labels)
     _draw_writes(g, L, arrow, doorbell, labels)
     _draw_spans(g, L, labels)
     _draw_interrupts(g, L, labels)
+    g.append(layer)
     return ET.tostring(svg, encoding="unicode")
 
 
@@ -1212,9 +1273,16 @@ def _queue_label(w: Write, doorbell: int, disables: set[int]) -> str:
 
 
 def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) -> _Layout:
-    """Lay out the trace's complete writes and what happened around them;
-    TraceError if none is complete or their times are out of order."""
-    writes = sorted((w for w in tr.writes.values() if w.complete), key=lambda w: w.seq)
+    """Lay out the trace's drawn() writes and what happened around them;
+    TraceError if there is none or their times are out of order. A write
+    still on its way when the trace ends is laid out as one whose drain (if
+    it has none) and arrival come at the trace's end; going says which."""
+    end = trace_end(tr)
+    going = {w.seq: "queue" if w.drain is None else "bridge"
+             for w in tr.writes.values() if still_going(w)}
+    writes = [dataclasses.replace(w, drain=max(end, w.posted) if w.drain is None else w.drain,
+                                  arrive=max(end, w.posted, w.drain or 0))
+              if w.seq in going else w for w in drawn(tr)]
     if len(writes) < 1:
         raise TraceError("no write has a post, a drain and an arrival in this trace")
     bad = [w for w in writes if not (w.posted <= w.drained <= w.arrived)]
@@ -1311,11 +1379,11 @@ def _layout(tr: Trace, title: str, width: int, marked: Marked, doorbell: int) ->
     axis_y = y + 8
     caption_lines = len(_wrap(_axis_caption(t0), width - 20, 10.5))
     legend_y = axis_y + 34 + 13 * caption_lines
-    legend = _legend(cpus, bool(irqs or rets), bool(marked), width, narrow)
+    legend = _legend(cpus, bool(irqs or rets), bool(marked), width, narrow, bool(going))
     height = legend_y + 16 * len(legend[0]) + 13 * len(legend[1]) + 14
     L = _Layout(writes, spans, irqs, rets, cpus, t0, lo_ns, hi_ns, left, right, width, q_rows,
                 b_rows, q_groups, b_groups, q_group_of, b_group_of, due, row_h, lanes, lane,
-                axis_y, legend, legend_y, height, narrow, marked, title_lines)
+                axis_y, legend, legend_y, height, narrow, marked, title_lines, going)
     return L
 
 
@@ -1323,7 +1391,8 @@ def _axis_caption(t0: int) -> str:
     return f"time since the first event shown, \u00b5s (the fabric's clock; t0 = {t0} ns)"
 
 
-def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool) -> Legend:
+def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool,
+            going: bool = False) -> Legend:
     """The legend's swatches, in rows that fit the width, and its notes, wrapped."""
     items = [(CPU_COLOURS[c % 4], f"CPU {c}: doorbell write") for c in cpus]
     items += [(GREY, "other register write"),
@@ -1349,6 +1418,9 @@ def _legend(cpus: list[int], irqs: bool, marked: bool, width: int, narrow: bool)
             "index it carries. Boxes on a CPU's lane: mmiowb() waiting (dashed), readl() "
             "round trips. Writes that wait together (a stalled queue, a burst in the bridge) "
             "are one grey bar, with how many; hover for what they were.")
+    if going:
+        note += (" A bar that ends in an arrow: the write had not reached the card where the "
+                 "trace shown ends.")
     if irqs:
         note += (" Triangles: the card's interrupt handler starts on that CPU (late: after the "
                  "call that disabled it had returned, dashed line).")
@@ -1374,7 +1446,9 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
             f"{sum(s.kind == 'mmiowb' for s in L.spans)} mmiowb() waits, "
             f"{sum(s.kind == 'read' for s in L.spans)} reads."
             + (f" {len(L.q_groups)} stalled queues and {len(L.b_groups)} bursts in the bridge "
-               "are drawn as one bar each." if folded else ""))
+               "are drawn as one bar each." if folded else "")
+            + (f" {len(L.going)} had not reached the card where the trace shown ends."
+               if L.going else ""))
     _el(svg, "title", title or "Recorded mmiosim trace", id=f"{ident}-title")
     _el(svg, "desc", desc, id=f"{ident}-desc")
     _el(svg, "style",
@@ -1382,7 +1456,10 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
         f"#{ident} .row{{font-size:13px;font-weight:bold;fill:#222}}"
         f"#{ident} .sub{{font-size:10.5px;fill:#666}}"
         f"#{ident} .code{{font-family:'DejaVu Sans Mono',monospace;font-size:11px}}"
-        f"#{ident} .ttl{{font-size:13px;font-weight:bold}}")
+        f"#{ident} .ttl{{font-size:13px;font-weight:bold}}"
+        # A white halo: a label stays legible where it crosses a line.
+        f"#{ident} .mmiosim-text text{{paint-order:stroke;stroke:#fff;stroke-width:3px;"
+        "stroke-linejoin:round}")
     g = _el(svg, "g", id=ident)
     palette = CPU_COLOURS + [GREY, RED]
     defs = _el(g, "defs")
@@ -1506,6 +1583,7 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
     # The finding's writes first (their labels are placed before any other),
     # then the rest in order.
     order = sorted(L.writes, key=lambda w: (w.seq not in L.marked, w.seq))
+    said: set[tuple[str, int]] = set()     # the lanes whose writes still going are labelled
     for w in order:
         is_db = w.off == doorbell
         is_off = w.seq in disables
@@ -1522,15 +1600,19 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
             (" marked" if mark else "") + (" folded" if qg or bg else "")
         post_ts = w.posted if w.post_ts is None else w.post_ts     # set with post: never None
         late = post_ts - w.posted > 1000
+        going = L.going.get(w.seq)
+        ends = f"where the trace shown ends (+{(w.arrived - L.t0) / 1000:.2f} \u00b5s)"
         tip = (f"seq {w.seq}: CPU {w.cpu} writes {w.val} to {reg} (win {w.win}); "
                f"posted at +{(w.posted - L.t0) / 1000:.2f} \u00b5s"
                + (" or a little earlier (its trace line, recorded after the fabric delivered "
                   f"earlier writes, says +{(post_ts - L.t0) / 1000:.2f} \u00b5s)" if late else "")
-               + f", enters the bridge at "
-               f"+{(w.drained - L.t0) / 1000:.2f} \u00b5s"
-               + (" behind a write posted later (overtaken)" if w.overtaken else "")
-               + f", arrives at +{(w.arrived - L.t0) / 1000:.2f} \u00b5s"
-               + (" after a later doorbell (stale)" if w.stale else ""))
+               + (f", still in its CPU's queue {ends}: it had not reached the card"
+                  if going == "queue" else
+                  f", enters the bridge at +{(w.drained - L.t0) / 1000:.2f} \u00b5s"
+                  + (" behind a write posted later (overtaken)" if w.overtaken else "")
+                  + (f", still in the bridge {ends}: it had not reached the card"
+                     if going else f", arrives at +{(w.arrived - L.t0) / 1000:.2f} \u00b5s")
+                  + (" after a later doorbell (stale)" if w.stale else "")))
         item = _el(g, "g", class_=classes, data_seq=w.seq, data_cpu=w.cpu,
                    data_off=f"{w.off:#x}", data_val=w.val)
         _el(item, "title", tip)
@@ -1538,22 +1620,33 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
         xu = L.x(L.due[w.seq])
         dev_y = dy
         if mark:
-            # A halo under the whole path of a write the finding names.
-            _el(item, "path", d=f"M{_f(xp)},{wy} L{_f(xd)},{wy} L{_f(xd)},{wb} L{_f(xa)},{wb} "
-                f"L{_f(xa)},{dev_y}", fill="none", stroke=HIGHLIGHT, stroke_width="9",
+            # A halo under the whole path of a write the finding names (as far
+            # as it went).
+            path = f"M{_f(xp)},{wy} L{_f(xd)},{wy}" + (
+                "" if going == "queue" else f" L{_f(xd)},{wb} L{_f(xa)},{wb}"
+                + ("" if going else f" L{_f(xa)},{dev_y}"))
+            _el(item, "path", d=path, fill="none", stroke=HIGHLIGHT, stroke_width="9",
                 stroke_opacity="0.6", stroke_linejoin="round", stroke_linecap="round")
         # queued on its CPU: post -> drain (a group draws one bar for all)
         _el(item, "circle", cx=_f(xp), cy=wy, r=("3.5" if is_db else "2.5") if not qg else "1.5",
             fill=colour)
         if not qg:
             _el(item, "line", x1=_f(xp), y1=wy, x2=_f(xd), y2=wy, stroke=colour,
-                stroke_width=thick, stroke_opacity="0.55")
+                stroke_width=thick, stroke_opacity="0.55",
+                **({"marker_end": arrow(colour)} if going == "queue" else {}))
             text = mark[0] if mark else _queue_label(w, doorbell, disables)
             weight = ";font-weight:bold" if mark else ""
             labels.place(item, text, [(xp - 5, wy + 4, "end"), (xd + 5, wy + 4, "start"),
                                       (xp, wy - 5, "start")], 11, mono=True, bold=bool(mark),
                          cls="code", style=f"fill:{colour}{weight}",
                          region=(0, top + 14, L.width, top + hgt))
+        lane_key = ("cpu", w.cpu) if going == "queue" else ("bridge", 0)
+        if going and lane_key not in said:
+            # Once a lane (the finding's write first): the arrows say it for the rest.
+            said.add(lane_key)
+            _draw_going(item, L, labels, w, lane_key, wy if going == "queue" else wb, hot)
+        if going == "queue":
+            continue
         # into the bridge
         _el(item, "line", x1=_f(xd), y1=wy, x2=_f(xd), y2=wb, stroke=hot,
             stroke_width=thin if not (qg or bg) else "0.8",
@@ -1564,7 +1657,8 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
                 stroke_opacity="0.55")
             if xa - xu > 1:
                 _el(item, "line", x1=_f(xu), y1=wb, x2=_f(xa), y2=wb, stroke=hot,
-                    stroke_width=thin, stroke_dasharray="2 3")
+                    stroke_width=thin, stroke_dasharray="2 3",
+                    **({"marker_end": arrow(hot)} if going else {}))
             btext = mark[1] if mark and mark[1] else "overtaken" if w.overtaken else ""
             if btext:
                 # Beside where it entered the bridge, else anywhere above or
@@ -1576,6 +1670,8 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
                                            (L.width - 4, wb + 13, "end")], 11, bold=True,
                              style=f"fill:{RED if w.overtaken else colour};font-weight:bold",
                              region=(0, b_top + 2, L.width, b_top + b_h))
+        if going:
+            continue
         # to the device
         _el(item, "line", x1=_f(xa), y1=wb, x2=_f(xa), y2=dev_y - 5, stroke=hot,
             stroke_width=thin if not bg else "0.8",
@@ -1592,6 +1688,21 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
                          style=f"fill:{hot}" + (";font-weight:bold" if bold else ""),
                          region=dev_region)
     _draw_groups(g, L, labels, doorbell, qy, by)
+
+
+def _draw_going(item: ET.Element, L: _Layout, labels: _Labels, w: Write,
+                lane: tuple[str, int], y: float, colour: str) -> None:
+    """Say where a write still on its way when the trace shown ends is (its
+    bar, at y, ends there in an arrow): below the bar first, as the return of
+    a call at the end is labelled above its lane's first row."""
+    top, hgt = L.lane[lane]
+    xe = L.x(w.arrived)
+    text = "still queued at the end" if lane[0] == "cpu" else "still in the bridge at the end"
+    labels.place(item, text, [(xe, y + 14, "end"), (xe, y - 6, "end"),
+                              (L.x(w.posted), y + 14, "start"), (L.width - 4, y + 14, "end"),
+                              (L.width - 4, y - 6, "end")], 10.5, bold=True,
+                 style=f"font-size:10.5px;fill:{colour};font-weight:bold",
+                 region=(0, top + 2, L.width, top + hgt))
 
 
 def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int,
@@ -1620,7 +1731,7 @@ def _draw_groups(g: ET.Element, L: _Layout, labels: _Labels, doorbell: int,
         labels.place(item, f"{len(ws)} in the bridge", [(x1 + 5, y + 4, "start"),
                                                         (x0 - 5, y + 4, "end")], 11,
                      style=f"fill:{colour}", region=(0, b_top + 12, L.width, b_top + b_h))
-        dbs = [w for w in ws if w.off == doorbell]
+        dbs = [w for w in ws if w.off == doorbell and w.seq not in L.going]
         if dbs:
             xa = sum(L.x(w.arrived) for w in dbs) / len(dbs)
             stale = sum(w.stale for w in dbs)
