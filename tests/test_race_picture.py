@@ -201,5 +201,13 @@ class RacePictureTest(unittest.TestCase):
             self._check_layout(fig, os.path.basename(fig), page=False)
 
 
+
+class AxisTest(unittest.TestCase):
+    def test_ticks_are_round_numbers_without_an_exponent(self):
+        self.assertEqual(timeline._nice_step(65000), 10000)
+        self.assertEqual([timeline._us_text(k * 0.1) for k in range(4)], ["0", "0.1", "0.2", "0.3"])
+        self.assertEqual(timeline._us_text(2500000.0), "2500000")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1484,6 +1484,12 @@ def _draw_frame(L: _Layout, title: str, ident: str, labels: _Labels
     return svg, g, arrow
 
 
+def _us_text(t_us: float) -> str:
+    """A tick's number: tenths at most, never an exponent (a 2.5 s axis reads
+    2500000, as the caption's unit is µs, not 2.5e+06)."""
+    return f"{t_us:.1f}".rstrip("0").rstrip(".")
+
+
 def _draw_axis(g: ET.Element, L: _Layout, labels: _Labels) -> None:
     # Time axis, in microseconds from the first event shown; ticks far enough
     # apart for their numbers.
@@ -1498,7 +1504,7 @@ def _draw_axis(g: ET.Element, L: _Layout, labels: _Labels) -> None:
             break
         _el(g, "line", x1=_f(tx), y1=L.lanes[0][3], x2=_f(tx), y2=L.axis_y, stroke="#e3e3e3")
         _el(g, "line", x1=_f(tx), y1=L.axis_y, x2=_f(tx), y2=L.axis_y + 5, stroke="#888")
-        labels.place(g, f"{t_us:g}", [(tx, L.axis_y + 17, "middle"),
+        labels.place(g, _us_text(t_us), [(tx, L.axis_y + 17, "middle"),
                                       (L.width - 2, L.axis_y + 17, "end")])
         k += 1
     for i, line in enumerate(_wrap(_axis_caption(L.t0), L.width - 20, 10.5)):
