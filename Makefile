@@ -69,9 +69,20 @@ bisect:
 	@$(MMIOLAB) bisect
 
 ## make docs        render the HTML docs into build/docs/html
+# Sphinx reads a page again when its source or a file it notes changes (a
+# figures file, included code, a lab's patch: the extensions note them), but
+# not when conf.py, an extension or a static file changes, nor when a lab
+# gains or loses a patch: then every page is read again (-E). The stamp is
+# Sphinx's .buildinfo, written at the end of every whole build.
+DOCS_STAMP = $(BUILD)/docs/html/.buildinfo
+DOCS_CODE = conf.py $(wildcard Documentation/sphinx/*.py Documentation/_static/* \
+	labs/*/correct labs/*/fixtures)
+DOCS_FRESH = $(shell test -e $(DOCS_STAMP) && \
+	find $(DOCS_CODE) -maxdepth 0 -newer $(DOCS_STAMP) -print -quit || echo stale)
 docs: full-kit
 	@MMIOLAB_DEBUG= $(MMIOLAB) kernel
-	@$(SPHINX) -b html -d $(BUILD)/docs/doctrees -c . Documentation $(BUILD)/docs/html
+	@$(SPHINX) $(if $(DOCS_FRESH),-E) -b html -d $(BUILD)/docs/doctrees -c . Documentation \
+		$(BUILD)/docs/html
 	@echo "mmiolab: docs: file://$(abspath $(BUILD))/docs/html/index.html"
 
 ## make handout     each lab's student handout (no solutions) into build/handout

@@ -20,7 +20,10 @@
   platforms' grading times) is a :figure:`FILE KEY` role that reads it
   from Documentation/figures/FILE.txt at build time; a role whose file or
   key does not exist fails, and so does a measurement copied by hand into
-  a paragraph that quotes figures by role (FIGURE_ROLE).
+  a paragraph that quotes figures by role (FIGURE_ROLE). On the pages an
+  instructor reads for numbers (MEASURED_PAGES), a number with a unit is
+  quoted by role, a setting listed in DEFINED, or in a sentence that dates
+  its measurement (BARE_MEASURE).
 - Code on the lab page comes from the lab's files (literalinclude), and the
   recorded trace figures are drawn from Documentation/figures/*-trace.txt as
   inline SVG: the race with an overtaken doorbell, the fixes without one.
@@ -629,6 +632,64 @@ def figure_role_problems(texts, folder=None):
     return problems
 
 
+# Pages an instructor reads for numbers. On them, a number with a unit of
+# time, size or rate is one of three things: read from its figures file by a
+# :figure: role; a setting the kit or a platform defines (a limit, a default,
+# a fabric parameter), listed in DEFINED by its page; or a measurement that
+# no command here gives again cheaply, in a sentence that dates it ("on 5 Dec
+# 2026") and so says where it came from. Anything else is a measurement copied
+# by hand, which no file backs.
+MEASURED_PAGES = ("Documentation/instructor/index.rst",
+                  "Documentation/instructor/threat-model.rst",
+                  "Documentation/instructor/teaching.rst",
+                  "Documentation/instructor/prairielearn.rst",
+                  "Documentation/kit/platform.rst",
+                  "Documentation/reference/fabric.rst")
+DEFINED = {
+    "Documentation/instructor/index.rst": {
+        "60 s", "60s", "2 s", "10 s", "10 minutes", "30 s", "40 minutes", "600 s"},
+    "Documentation/instructor/threat-model.rst": {
+        "128 MiB", "60 s", "1 GiB", "64 MiB", "1 MiB", "16 MiB", "50 µs"},
+    "Documentation/instructor/teaching.rst": {
+        "1 us", "20 ms", "100 ms", "20 to 120 µs", "1 µs"},
+    "Documentation/instructor/prairielearn.rst": {
+        "600 s", "1 MB", "30 s", "2 GiB", "1 MiB"},
+    "Documentation/kit/platform.rst": {"1500 ns", "100 ms", "1 us", "20 ms"},
+    "Documentation/reference/fabric.rst": {"50 µs"},
+}
+_NUM = r"\d[\d,]*(?:\.\d+)?"
+BARE_MEASURE = re.compile(
+    rf"(?<![\w.=])({_NUM}(?:(?:--|-| to ){_NUM})? ?"
+    r"(?:ns|ps|us|µs|ms|s|%|MB|MiB|GB|GiB|KiB|kB|seconds|minutes|microseconds"
+    r"|milliseconds|commands/s|CPU-s))(?!\w)")
+DATED = re.compile(r"\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* "
+                   r"\d{4}\b|\b\d{4}-\d\d-\d\d\b")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(*`:])")
+
+
+def bare_measure_problems(texts, pages=MEASURED_PAGES, defined=None):
+    """One line per number with a unit on PAGES that is neither quoted by
+    role, nor a setting DEFINED for its page, nor in a dated sentence; and
+    one per DEFINED value its page no longer has (the list must not rot)."""
+    defined = DEFINED if defined is None else defined
+    problems = []
+    for rel in pages:
+        text = " ".join(FIGURE_ROLE.sub("FIGURE", texts[rel]).split())
+        seen = set()
+        for sentence in SENTENCE_END.split(text):
+            for m in BARE_MEASURE.finditer(sentence):
+                value = m.group(1)
+                seen.add(value)
+                if value in defined.get(rel, ()) or DATED.search(sentence):
+                    continue
+                problems.append(f"{rel}: {value!r} is measured by no figures file and "
+                                "dated by nothing: quote it with :figure:, date it, or "
+                                "list it in DEFINED if it is a setting")
+        for value in sorted(defined.get(rel, set()) - seen):
+            problems.append(f"{rel}: DEFINED lists {value!r}, which the page no longer has")
+    return problems
+
+
 class FigureRoleTest(unittest.TestCase):
     """Every :figure: role names a figures file and a key it holds, and no
     paragraph that quotes figures so carries a measurement copied by hand."""
@@ -699,6 +760,30 @@ class FigureRoleTest(unittest.TestCase):
                 f.write(re.sub(r"(?m)^# kernel:.*\n", "", text))
             problems = figure_role_problems({home: page}, folder=tmp)
             self.assertTrue(any("kernel" in p for p in problems), problems)
+
+
+    def test_instructor_pages_have_no_bare_measurement(self):
+        self.assertEqual(bare_measure_problems(read_sources()), [])
+
+    def test_the_check_sees_a_bare_measurement(self):
+        """On the real pages: a measurement pasted in is caught, the same
+        one in a dated sentence is not, and neither is the same number
+        quoted by role; a DEFINED value the page lost is reported."""
+        texts = read_sources()
+        home = "Documentation/instructor/index.rst"
+        page = texts[home]
+        role = ":figure:`containers-gradescope others.seconds` s"
+        self.assertIn(role, page)
+        import figures
+        value = figures.figure_value("containers-gradescope others.seconds")
+        pasted = page.replace(role, value + " s", 1)
+        self.assertTrue(any(p.startswith(home) and value in p
+                            for p in bare_measure_problems(dict(texts, **{home: pasted}))))
+        dated = page + "\n\nOn 7 Dec 2026 it took " + value + " s.\n"
+        self.assertEqual(bare_measure_problems(dict(texts, **{home: dated})), [])
+        lost = dict(DEFINED, **{home: DEFINED[home] | {"99 s"}})
+        self.assertEqual(bare_measure_problems(texts, defined=lost),
+                         [f"{home}: DEFINED lists '99 s', which the page no longer has"])
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

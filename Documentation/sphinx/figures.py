@@ -37,7 +37,11 @@ wrong fixes), solutions, others and all:
     KEY.score      their scores, "min-max"
     KEY.failed     every test that failed in any of them ("none")
 
-and every file gives its header keys (command, kernel, date, ...), the
+and, in the header, ``setup_seconds`` and ``jail_seconds``: how long
+setup.sh, and the jail's tree within it, took while the same run built the
+images (copied from the run's log, which the header names).
+
+Every file gives its header keys (command, kernel, date, ...), the
 "# key: value" lines before its first line that is not a comment.
 Integers are printed with thousands separators, as the pages write them.
 """

@@ -74,6 +74,16 @@ class LabVariants(Directive):
 
     def run(self):
         lab = self.arguments[0]
+        env = self.state.document.settings.env
+        # Rebuild the page when a patch changes: an incremental build would
+        # keep the old table. (Sphinx takes a dependency that is not a file
+        # as changed on every build, so a patch added or removed is the
+        # Makefile's to see: `make docs` reads every page again then.)
+        for folder in ("correct", "fixtures"):
+            d = os.path.join(LABS, lab, folder)
+            for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+                if f.endswith(".patch"):
+                    env.note_dependency(os.path.join(d, f))
         try:
             good, bad = _read(lab, "correct"), _read(lab, "fixtures")
         except (OSError, ValueError) as e:

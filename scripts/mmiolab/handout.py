@@ -223,8 +223,11 @@ def build_site(out: str, cfg: Config) -> str:
     kernel.build(t=kernel.tree(cfg))
     doctrees = os.path.join(os.path.dirname(out), ".doctrees")
     shutil.rmtree(out, ignore_errors=True)
+    # -E: every page is read again. The output is new anyway, and a doctree
+    # kept from an older kit (other extensions, conf.py or CSS) would be
+    # written as it was.
     res = subprocess.run(["/usr/bin/python3", "-m", "sphinx", "-W", "--keep-going", "-n", "-q",
-                          "-t", "student", "-b", "html", "-d", doctrees, "-c", ".",
+                          "-E", "-t", "student", "-b", "html", "-d", doctrees, "-c", ".",
                           "Documentation", out], cwd=ROOT, capture_output=True, text=True,
                          stdin=subprocess.DEVNULL)
     if res.returncode:
