@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import unittest
 
+from mmiolab.initramfs import GUEST_SRC
 from mmiolab.labspec import load_lab
 from mmiolab.labtest import run_variant, run_variants, score_variants
 from kitcfg import BUILD, CFG
@@ -76,7 +77,7 @@ class OrderCostTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ordercost-", dir=BUILD)
         cls.prog = os.path.join(cls.tmp, "ordercost")
-        subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", cls.prog,
+        subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-I", GUEST_SRC, "-o", cls.prog,
                         os.path.join(LAB.dir, "tests", "ordercost.c")], check=True)
 
     @classmethod

@@ -57,7 +57,8 @@ class GradeOptions:
 # What the outcome of grading depends on, besides the submission and the options:
 # the grader (scripts/grade and the mmiolab modules it has loaded), the guest, the
 # lab's tests, the kernel.
-KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/guest/*.c"]
+KIT_FILES = ["scripts/grade", "vm/init", "vm/record", "vm/harness-lib.sh", "vm/guest/*.c",
+             "vm/guest/*.h"]
 LAB_FILES = ["lab.toml", "*.h", "starter/Kbuild", "tests/*", "hidden/*", "hidden/*/*"]
 
 

@@ -45,6 +45,8 @@ END_LINE = "# mmiolab harness: end"
 # programs last wrote to their progress file (vm/guest/progress.h).
 PROGRESS_LINE = "# mmiolab progress"
 PROGRESS_H = os.path.join(GUEST_SRC, "progress.h")
+# The KTAP lines they print (ktap_out()).
+KTAP_H = os.path.join(GUEST_SRC, "ktap.h")
 
 
 class BuildFailed(MmiolabError):
@@ -306,7 +308,7 @@ def disassemble(ko: str, confined: bool | str = True, *, cfg: Config) -> str:
 def guest_programs(lab: LabSpec, cfg: Config) -> dict[str, str]:
     """Compile the lab's guest test programs (cached under build/labs/LAB/bin)."""
     headers = [os.path.join(lab.dir, h) for h in os.listdir(lab.dir) if h.endswith(".h")]
-    headers.append(PROGRESS_H)
+    headers += [PROGRESS_H, KTAP_H]
     out = os.path.join(lab.out(cfg), "bin")
     return compile_programs(os.path.join(lab.dir, "tests"), out, kernel.tree(cfg).obj,
                             ["-pthread", f"-I{lab.dir}", f"-I{GUEST_SRC}"], headers)

@@ -41,7 +41,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,24 +48,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ktap.h"
+
 /* The card's DOORBELL register (include/linux/mmiosim_ring.h). */
 #define DOORBELL	0x1c
 #define MAX_CPUS	64
 #define TRACING		"/sys/kernel/tracing"
 
-static int indent;
-
-static void out(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%*s", indent, "");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-}
 
 enum fate { MMIOWB, READ, UNORDERED };
 
@@ -274,9 +262,9 @@ static int traced_run(char **argv, const char *kb)
 
 		s[strcspn(s, "\n")] = 0;
 		if (*s == '#')
-			out("%s", s);
+			ktap_out("%s", s);
 		else if (*s)
-			out("# run: %s", s);
+			ktap_out("# run: %s", s);
 	}
 	if (pipe_in)
 		fclose(pipe_in);
@@ -299,7 +287,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'k': number = atoi(optarg); break;
 		case 'N': name = optarg; break;
-		case 'i': indent = atoi(optarg); break;
+		case 'i': ktap_indent = atoi(optarg); break;
 		case 'b': kb = optarg; break;
 		case 'f': file = optarg; break;
 		default:
@@ -316,7 +304,7 @@ int main(int argc, char **argv)
 		}
 		rc = traced_run(argv + optind, kb);
 		if (rc) {
-			out("not ok %d %s # %s", number, name, rc < 0 ?
+			ktap_out("not ok %d %s # %s", number, name, rc < 0 ?
 			    "cannot trace the run (" TRACING ": the mmiosim events on at boot?)" : "the measured run failed");
 			return 1;
 		}
@@ -324,7 +312,7 @@ int main(int argc, char **argv)
 	}
 	why = read_trace(t, file);
 	if (why) {
-		out("not ok %d %s # %s", number, name, why);
+		ktap_out("not ok %d %s # %s", number, name, why);
 		return 1;
 	}
 	if (!strcmp(file, TRACING "/trace"))
@@ -337,12 +325,12 @@ int main(int argc, char **argv)
 		flush = "readback";
 	else
 		flush = "none";
-	out("# %s: flush=%s doorbells=%lu bursts=%lu by_mmiowb=%lu by_read=%lu unordered=%lu idle_flushes=%lu ordering_ns=%.0f ns_per_doorbell=%.0f",
+	ktap_out("# %s: flush=%s doorbells=%lu bursts=%lu by_mmiowb=%lu by_read=%lu unordered=%lu idle_flushes=%lu ordering_ns=%.0f ns_per_doorbell=%.0f",
 	    name, flush, t->doorbells, bursts, t->by[MMIOWB], t->by[READ],
 	    t->by[UNORDERED], t->idle_flushes,
 	    ordered ? (double)t->ordering_ns / ordered : 0.0,
 	    t->doorbells ? (double)t->ordering_ns / t->doorbells : 0.0);
-	out("ok %d %s", number, name);
+	ktap_out("ok %d %s", number, name);
 	free(t);
 	return 0;
 }

@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +29,11 @@
 #include <unistd.h>
 
 #include "ringdrv_ioctl.h"
+#include "ktap.h"
 #include "progress.h"
 
 #define BATCH		16	/* commands per submission: keeps the lock contended */
 
-static int indent;
 static int fd;
 static int per_thread = 1000;
 static uint64_t seed = 1;
@@ -50,18 +49,6 @@ struct worker {
 	int id;
 	long ok, lost, corrupt, errors;
 };
-
-static void out(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%*s", indent, "");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-}
 
 /* The card's documented result function (include/linux/mmiosim_ring.h). */
 static uint64_t expected(uint64_t payload, uint32_t tag)
@@ -251,7 +238,7 @@ int main(int argc, char **argv)
 		case 't': threads = atoi(optarg); break;
 		case 'n': per_thread = atoi(optarg); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
-		case 'i': indent = atoi(optarg); break;
+		case 'i': ktap_indent = atoi(optarg); break;
 		case 'm': submit_path = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: ringtest -k N -N NAME -t THREADS -n CMDS [-s SEED] [-i INDENT] [-m PATH]\n");
@@ -263,7 +250,7 @@ int main(int argc, char **argv)
 		threads = ncpu;
 	fd = open("/dev/ringdrv", O_RDWR);
 	if (fd < 0 || snap(&a)) {
-		out("not ok %d %s # cannot open /dev/ringdrv or the card's counters: %s",
+		ktap_out("not ok %d %s # cannot open /dev/ringdrv or the card's counters: %s",
 		    number, name, strerror(errno));
 		return 1;
 	}
@@ -293,22 +280,22 @@ int main(int argc, char **argv)
 	starved = lost && !corrupt && !errors && late(&a, &b, sent);
 
 	dup = b.executed - a.executed - sent;
-	out("# %s: seed=%llu cpus=%d commands=%ld completed=%ld lost=%ld corrupt=%ld errors=%ld duplicated=%lld stale_commands=%lld stale_doorbells=%lld overtakes=%lld",
+	ktap_out("# %s: seed=%llu cpus=%d commands=%ld completed=%ld lost=%ld corrupt=%ld errors=%ld duplicated=%lld stale_commands=%lld stale_doorbells=%lld overtakes=%lld",
 	    name, (unsigned long long)seed, threads, sent, ok, lost, corrupt, errors,
 	    dup > 0 ? dup : 0, b.stale_descriptors - a.stale_descriptors,
 	    b.stale_doorbells - a.stale_doorbells, b.overtakes - a.overtakes);
-	out("# %s: reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f",
+	ktap_out("# %s: reads_per_cmd=%.3f mmiowbs_per_cmd=%.3f throughput_cps=%.0f",
 	    name, sent ? (double)(b.reads - a.reads) / sent : 0,
 	    sent ? (double)(b.mmiowbs - a.mmiowbs) / sent : 0, secs > 0 ? sent / secs : 0);
 	if (first_failure >= 0)
-		out("# %s: first_failure_at=%ld", name, first_failure);
+		ktap_out("# %s: first_failure_at=%ld", name, first_failure);
 	if (starved)
-		out("# %s: starved=%ld (every command the driver timed out was executed later, once, with no stale doorbell or descriptor: the guest's CPUs were starved, not the ring raced)",
+		ktap_out("# %s: starved=%ld (every command the driver timed out was executed later, once, with no stale doorbell or descriptor: the guest's CPUs were starved, not the ring raced)",
 		    name, lost);
 	pass = !lost && !corrupt && !errors &&
 	       b.executed - a.executed == sent &&
 	       b.stale_doorbells == a.stale_doorbells &&
 	       b.stale_descriptors == a.stale_descriptors;
-	out("%sok %d %s", pass ? "" : "not ", number, name);
+	ktap_out("%sok %d %s", pass ? "" : "not ", number, name);
 	return pass ? 0 : 1;
 }

@@ -24,7 +24,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +33,7 @@
 #include <unistd.h>
 
 #include "postdrv_ioctl.h"
+#include "ktap.h"
 #include "progress.h"
 
 #define PARAMS		"/sys/kernel/debug/mmiosim/params"
@@ -42,19 +42,6 @@
 #define SETTLE_MARGIN_US	1000	/* interrupt delivery, scheduling */
 #define IRQ_SETTLE_US	2000	/* an interrupt raised before STOP returned has been taken */
 
-static int indent;
-
-static void out(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%*s", indent, "");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-}
 
 static uint64_t splitmix(uint64_t x)
 {
@@ -230,7 +217,7 @@ int main(int argc, char **argv)
 		case 'n': cycles = atoi(optarg); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'w': wait_us = strcmp(optarg, "slowest") ? atoi(optarg) : -1; break;
-		case 'i': indent = atoi(optarg); break;
+		case 'i': ktap_indent = atoi(optarg); break;
 		case 'c': cpu = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: posttest -k N -N NAME -n CYCLES [-s SEED] [-w WAIT_US|slowest] [-i INDENT] [-c CPU]\n");
@@ -242,21 +229,21 @@ int main(int argc, char **argv)
 	sched_setaffinity(0, sizeof(set), &set);
 	settle = settle_us();
 	if (settle < 0) {
-		out("not ok %d %s # cannot read the fabric's parameters (%s)", number, name, PARAMS);
+		ktap_out("not ok %d %s # cannot read the fabric's parameters (%s)", number, name, PARAMS);
 		return 1;
 	}
 	if (wait_us < 0)
 		wait_us = settle;	/* -w slowest: nothing can still be in flight */
 	fd = open("/dev/postdrv", O_RDWR);
 	if (fd < 0 || card_irqs() < 0 || ioctl(fd, POSTDRV_STATS, &st0)) {
-		out("not ok %d %s # cannot use /dev/postdrv or find the card's interrupt: %s",
+		ktap_out("not ok %d %s # cannot use /dev/postdrv or find the card's interrupt: %s",
 		    number, name, strerror(errno));
 		return 1;
 	}
 	irq_cpu = irq_elsewhere(cpu);
 	if (irq_cpu < 0 && sysconf(_SC_NPROCESSORS_ONLN) > 1) {
 		/* Kept on STOP's CPU, its handler would always run nested in STOP. */
-		out("not ok %d %s # the card's interrupt cannot be sent to another CPU (/proc/irq/N/smp_affinity_list: %s); a driver must not pin it (IRQF_NOBALANCING)",
+		ktap_out("not ok %d %s # the card's interrupt cannot be sent to another CPU (/proc/irq/N/smp_affinity_list: %s); a driver must not pin it (IRQF_NOBALANCING)",
 		    number, name, strerror(errno));
 		return 1;
 	}
@@ -275,7 +262,7 @@ int main(int argc, char **argv)
 		}
 		batch.count = n;
 		if (ioctl(fd, POSTDRV_START) || ioctl(fd, POSTDRV_SUBMIT, &batch)) {
-			out("# %s: cycle %d: START or SUBMIT failed: %s", name, i, strerror(errno));
+			ktap_out("# %s: cycle %d: START or SUBMIT failed: %s", name, i, strerror(errno));
 			errors++;
 			ioctl(fd, POSTDRV_STOP, &rep);
 			fail = 1;
@@ -284,7 +271,7 @@ int main(int argc, char **argv)
 		if (wait_us)
 			usleep(wait_us);
 		if (ioctl(fd, POSTDRV_STOP, &rep)) {
-			out("# %s: cycle %d: STOP failed: %s", name, i, strerror(errno));
+			ktap_out("# %s: cycle %d: STOP failed: %s", name, i, strerror(errno));
 			errors++;
 			fail = 1;
 			goto next;
@@ -292,7 +279,7 @@ int main(int argc, char **argv)
 		t_stop = now_ns();
 		a = card_irqs();
 		if (card_int_state(&on, &off_ns)) {
-			out("# %s: cannot read %s", name, CARD_STATE);
+			ktap_out("# %s: cannot read %s", name, CARD_STATE);
 			errors++;
 			fail = 1;
 			goto next;
@@ -332,15 +319,15 @@ next:
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	out("# %s: seed=%llu cycles=%d wait_us=%d cpu=%d irq_cpu=%d int_on_after_stop=%lld irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
+	ktap_out("# %s: seed=%llu cycles=%d wait_us=%d cpu=%d irq_cpu=%d int_on_after_stop=%lld irqs_after_stop=%lld late_irqs=%lld lost=%lld bad=%lld errors=%lld",
 	    name, (unsigned long long)seed, first < 0 ? cycles : (int)first, wait_us, cpu,
 	    irq_cpu, int_on_after, irqs_after, late_seen, lost, bad, errors);
 	if (int_on_after)
-		out("# %s: the card's interrupt was still on when STOP returned (the disable arrived %lld us later%s)",
+		ktap_out("# %s: the card's interrupt was still on when STOP returned (the disable arrived %lld us later%s)",
 		    name, worst_late_ns / 1000, worst_late_ns ? "" : ", or never");
-	out("# %s: seconds=%.2f settle_us=%ld", name, secs, settle);
+	ktap_out("# %s: seconds=%.2f settle_us=%ld", name, secs, settle);
 	if (first >= 0)
-		out("# %s: first_failure_at=%lld", name, first);
-	out("%sok %d %s", first < 0 ? "" : "not ", number, name);
+		ktap_out("# %s: first_failure_at=%lld", name, first);
+	ktap_out("%sok %d %s", first < 0 ? "" : "not ", number, name);
 	return first < 0 ? 0 : 1;
 }
