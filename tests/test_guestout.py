@@ -294,6 +294,13 @@ class FabricSettingsTest(unittest.TestCase):
         self.assertEqual(guestout.read(tagged(BEGIN), console, NONCE).fabric_changed,
                          "a store to them faulted (the console log's oops)")
 
+    def test_a_faulted_store_to_the_counters_is_named(self):
+        console = ("BUG: unable to handle page fault for address: ffffffff816fe500\n"
+                   "mmiosim: 0xffffffff816fe500 is in the ring card's counters, read-only "
+                   "after boot: a store there would change a test's verdict\n")
+        self.assertEqual(guestout.fabric_changed([BEGIN], console),
+                         "a store to the ring card's counters faulted (the console log's oops)")
+
     def test_no_baseline_no_verdict(self):
         """Without the begin line's settings there is nothing to compare with
         (a harness that never began reports its tests missing anyway)."""

@@ -34,6 +34,9 @@ FABRIC_LINE = "# mmiolab fabric: "
 # What the fabric's die notifier prints when a store to its read-only model
 # faults (patches/0007: mmiosim_die()).
 MODEL_STORE = "is in the fabric's model, read-only after boot"
+# ... and when a store to the ring card's read-only counters faults
+# (patches/0014: ringdev_die()).
+COUNTERS_STORE = "is in the ring card's counters, read-only after boot"
 FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
                    "stall_ns", "stall_ppm")
 
@@ -76,9 +79,13 @@ def fabric_changed(trusted: list[str], console: str = "") -> str:
     the one the harness set last. The kernel keeps the settings read-only
     after boot, so an honest driver never changes them; one that did (by a
     call no allow-list grants, or by editing page tables) is flagged, and so
-    is one whose store to them faulted (the console's oops says so)."""
+    is one whose store to them faulted (the console's oops says so). The
+    card's counters, on which the verdict rests, are read-only as well: a
+    store to them is flagged the same way."""
     if MODEL_STORE in console:
         return "a store to them faulted (the console log's oops)"
+    if COUNTERS_STORE in console:
+        return "a store to the ring card's counters faulted (the console log's oops)"
     before = _settings(harness_info(trusted))
     for line in trusted:
         at = line.find(FABRIC_LINE)
