@@ -72,6 +72,23 @@ def _settings(line: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in line.split() if "=" in w)
 
 
+def _changes_by_others(before: dict[str, str], now: dict[str, str]) -> str:
+    """The changes of the settings the kernel counted (changes=N, sealed:
+    patches/0015) beyond those the harness made since its begin line
+    (harness_changes=N), in words ('' if none, or if either count is
+    missing: a kernel or harness without them). A change undone before the
+    settings were read again still counts."""
+    try:
+        counted = int(now["changes"]) - int(before["changes"])
+        made = int(now["harness_changes"])
+    except (KeyError, ValueError):
+        return ""
+    if counted == made:
+        return ""
+    return (f"{counted} change(s) of the settings counted by the kernel, "
+            f"{made} made by the harness")
+
+
 def fabric_changed(trusted: list[str], console: str = "") -> str:
     """How the fabric's settings the harness read after a run differ from
     those of its begin line, read before any driver was loaded ('' if they
@@ -96,6 +113,9 @@ def fabric_changed(trusted: list[str], console: str = "") -> str:
                    for k in FABRIC_SETTINGS if k in before and now.get(k) != before[k]]
         if now.get("set_seed") and now.get("seed") != now["set_seed"]:
             changed.append(f"seed {now['set_seed']} -> {now.get('seed', '(unreadable)')}")
+        other = _changes_by_others(before, now)
+        if other:
+            changed.append(other)
         if changed:
             return ", ".join(changed)
     return ""
