@@ -299,6 +299,23 @@ class FabricSettingsTest(unittest.TestCase):
             with self.subTest(now):
                 self.assertEqual(self.changed(fabric(("", "")), fabric((was, now))), said)
 
+    def test_a_change_undone_is_counted(self):
+        """The kernel counts every change of the settings (changes=N); the
+        harness says how many it made (harness_changes=N). One more, even
+        put back, is a change; the harness's own are not."""
+        begin = BEGIN + " changes=4"
+
+        def line(harness, kernel):
+            return fabric(("", ""), indent="").replace(
+                "# mmiolab fabric: ", f"# mmiolab fabric: harness_changes={harness} ") \
+                + f" changes={kernel}"
+        self.assertEqual(guestout.fabric_changed([begin, line(3, 7)]), "")
+        self.assertEqual(guestout.fabric_changed([begin, line(3, 9)]),
+                         "5 change(s) of the settings counted by the kernel, "
+                         "3 made by the harness")
+        # An older kernel or harness without the counts: nothing to compare.
+        self.assertEqual(guestout.fabric_changed([BEGIN, line(3, 9)]), "")
+
     def test_an_unreadable_file_is_a_change(self):
         self.assertIn("locking 2004 -> (unreadable)", self.changed(
             "  # mmiolab fabric: set_seed=1 cat: can't open '/sys/kernel/debug/mmiosim/params'"))
@@ -311,6 +328,13 @@ class FabricSettingsTest(unittest.TestCase):
                          "a store to them faulted (the console log's oops)")
         self.assertEqual(guestout.read(tagged(BEGIN), console, NONCE).fabric_changed,
                          "a store to them faulted (the console log's oops)")
+
+    def test_a_faulted_store_to_the_counters_is_named(self):
+        console = ("BUG: unable to handle page fault for address: ffffffff816fe500\n"
+                   "mmiosim: 0xffffffff816fe500 is in the ring card's counters, read-only "
+                   "after boot: a store there would change a test's verdict\n")
+        self.assertEqual(guestout.fabric_changed([BEGIN], console),
+                         "a store to the ring card's counters faulted (the console log's oops)")
 
     def test_no_baseline_no_verdict(self):
         """Without the begin line's settings there is nothing to compare with

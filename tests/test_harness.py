@@ -252,7 +252,8 @@ class ProtocolTest(unittest.TestCase):
                 per_run = [line for line in fabric if line.startswith("  ")]
                 self.assertGreaterEqual(len(per_run), 3, lines)
                 for line in per_run:
-                    self.assertRegex(line, r"^  # mmiolab fabric: set_seed=(\d+) seed=\1$")
+                    self.assertRegex(line, r"^  # mmiolab fabric: set_seed=(\d+) "
+                                           r"harness_changes=\d+ seed=\1$")
                 # Last before the end line (and the benchmark's CPU line).
                 tail = [line for line in lines[:-1] if not line.startswith("# mmiolab guest cpu")]
                 self.assertTrue(tail[-1].startswith(guestout.FABRIC_LINE), lines[-3:])

@@ -1359,6 +1359,94 @@ def set_model_by_address() -> str:
 """, decl="#include <linux/mmiosim.h>\n")
 
 
+def set_model_while_open() -> str:
+    """The racy starter switches the fabric to the 5.2 lock semantics (after
+    which spin_unlock() orders every doorbell) through mmiosim_set_params()
+    at a computed address when the test opens its device, and puts the
+    2004 semantics back when it closes it, before the harness reads the
+    settings again: the reading alone sees nothing; the kernel's count of
+    changes (patch 15) does."""
+    s = starter()
+    s = s.replace(INCLUDES_END, INCLUDES_END + "#include <linux/mmiosim.h>\n", 1)
+    fops = "static const struct file_operations ringdrv_fops = {\n"
+    assert s.count(fops) == 1
+    s = s.replace(fops, f"""static void lock_rule(bool lock_2004)
+{{
+\tvoid *base = &mmiosim_va_start;
+\tconst struct mmiosim_params *now = base + {kernel_offset("settings")};
+\tint (*set)(const struct mmiosim_params *p) =
+\t\t(int (*)(const struct mmiosim_params *))(base + {kernel_offset("mmiosim_set_params")});
+\tstruct mmiosim_params p = *now;
+
+\tp.lock_2004 = lock_2004;
+\tset(&p);
+}}
+
+static int ringdrv_open(struct inode *inode, struct file *file)
+{{
+\tlock_rule(false);
+\treturn 0;
+}}
+
+static int ringdrv_release(struct inode *inode, struct file *file)
+{{
+\tlock_rule(true);
+\treturn 0;
+}}
+
+""" + fops + "\t.open = ringdrv_open,\n\t.release = ringdrv_release,\n", 1)
+    return s
+
+
+def zero_card_counters() -> str:
+    """Issue 33's open point: the racy starter hides its race from the card's
+    counters, which ringtest's verdict rests on. After each batch it puts
+    the stale-doorbell and stale-descriptor counts back to what they were
+    at probe, sets the executions to one per command sent, and reports the
+    results of the commands it lost itself (the card's result function is
+    in its header). The counters are reached from an allowed import by the
+    lab kernel's own layout, without a cast; before patch 14 (the counters
+    in ordinary memory) this scored 90/100 with every race test passed."""
+    s = starter()
+    s = s.replace(INCLUDES_END, INCLUDES_END + "#include <linux/mmiosim.h>\n", 1)
+    where = f"""
+static struct mmiosim_ring_counters *card_counters(void)
+{{
+\tvoid *base = &mmiosim_va_start;
+
+\treturn base + {kernel_offset("sealed")};
+}}
+
+static u64 base_stale_db, base_stale_desc, base_executed;
+"""
+    s = s.replace("static struct ringdrv *the_ring;\n",
+                  "static struct ringdrv *the_ring;\n" + where, 1)
+    done = "\tkfree(reqs);\n\treturn ret;\n}\n"
+    assert s.count(done) == 1
+    s = s.replace(done, """\tfor (i = 0; i < queued; i++) {
+\t\tif (cmds[i].status) {
+\t\t\tcmds[i].status = 0;
+\t\t\tcmds[i].result = mmiosim_ring_result(cmds[i].payload, cmds[i].tag);
+\t\t}
+\t}
+\t{
+\t\tstruct mmiosim_ring_counters *c = card_counters();
+
+\t\tc->stale_doorbells = base_stale_db;
+\t\tc->stale_descriptors = base_stale_desc;
+\t\tc->executed = base_executed + rd->stats.submitted;
+\t}
+""" + done, 1)
+    return s.replace(PROBE_END, PROBE_END + """\t{
+\t\tstruct mmiosim_ring_counters *c = card_counters();
+
+\t\tbase_stale_db = c->stale_doorbells;
+\t\tbase_stale_desc = c->stale_descriptors;
+\t\tbase_executed = c->executed;
+\t}
+""", 1)
+
+
 # What the kernel prints when a store hits a read-only page (6.12,
 # arch/x86/mm/fault.c: show_fault_oops()).
 READ_ONLY_FAULT = ("#PF: supervisor write access in kernel mode",
@@ -1393,6 +1481,15 @@ def corpus33() -> list[Case]:
              GRADED_EVEN_IF_SLOW, c_file(set_model_by_address()),
              flagged("the driver tampered with the fabric's settings", "locking 2004 -> 5.2"),
              vm=True),
+        Case("racy starter rewrites the card's counters after each batch and fakes its "
+             "lost results: the store faults", "graded", c_file(zero_card_counters()),
+             all_of(scores(race=0), console_says(*READ_ONLY_FAULT),
+                    flagged("a store to the ring card's counters faulted")), vm=True),
+        Case("racy starter switches to the 5.2 rule while its device is open and back "
+             "when it is closed: the kernel's count of changes shows it", GRADED_EVEN_IF_SLOW,
+             c_file(set_model_while_open()),
+             flagged("the driver tampered with the fabric's settings",
+                     "change(s) of the settings counted by the kernel"), vm=True),
         Case("a correct fix: the settings read again after each run, no flag",
              GRADED_EVEN_IF_SLOW,
              c_file(solution()),
@@ -1407,7 +1504,7 @@ class Integrity33Test(Integrity24Test):
     corpus = staticmethod(corpus33)
 
     def test_corpus(self):
-        self.assertEqual(len(self.cases), 5)
+        self.assertEqual(len(self.cases), 7)
 
     def test_flags_in_the_gradebook(self):
         import csv

@@ -68,14 +68,23 @@ traced() { check env RECORD_SEND="$send" RECORD_KB=512 record "$@" || { send=nev
 load() { insmod "/job/$module.ko" 2>/tmp/insmod.err; }
 unload() { rmmod "$module" 2>/tmp/rmmod.err; }
 loaded() { lsmod | grep -q "^$module "; }
+# set_fabric WORDS: change the fabric's settings (NAME=VALUE words), and
+# count the change. The kernel counts every change as well (changes=N in
+# $params, in memory a driver cannot store to), so a change this harness
+# did not make is seen even if it was put back before the settings were
+# read again. Every write to $params goes through here.
+harness_changes=0
+set_fabric() { echo "$1" > $params && harness_changes=$((harness_changes + 1)); }
 # seed_fabric SEED: the fabric's PRNG seed for the next runs.
-seed_fabric() { fabric_seed=$1; echo "seed=$1" > $params; }
+seed_fabric() { fabric_seed=$1; set_fabric "seed=$1"; }
 # fabric_line [INDENT]: the fabric's settings read again, with the seed this
-# harness set last. The host compares them with the begin line's, read
-# before any driver was loaded, and flags a run in which they changed
-# (scripts/mmiolab/guestout.py): a driver cannot store to them (the kernel
-# keeps them read-only after boot), so a change took something else.
-fabric_line() { say "${1:-}# mmiolab fabric: set_seed=${fabric_seed:-} $(cat $params 2>&1)"; }
+# harness set last and the number of changes it made. The host compares
+# them with the begin line's, read before any driver was loaded, and flags
+# a run in which they changed, or in which the kernel counted more changes
+# than the harness made (scripts/mmiolab/guestout.py): a driver cannot
+# store to them (the kernel keeps them read-only after boot), so a change
+# took something else.
+fabric_line() { say "${1:-}# mmiolab fabric: set_seed=${fabric_seed:-} harness_changes=$harness_changes $(cat $params 2>&1)"; }
 
 # begin MODULE TESTS WHAT: the driver's module name, the KTAP header (TESTS
 # tests) and the harness's own line (WHAT: lab=LAB ...), which the host reads.

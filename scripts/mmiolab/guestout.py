@@ -34,6 +34,9 @@ FABRIC_LINE = "# mmiolab fabric: "
 # What the fabric's die notifier prints when a store to its read-only model
 # faults (patches/0007: mmiosim_die()).
 MODEL_STORE = "is in the fabric's model, read-only after boot"
+# ... and when a store to the ring card's read-only counters faults
+# (patches/0014: ringdev_die()).
+COUNTERS_STORE = "is in the ring card's counters, read-only after boot"
 FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
                    "stall_ns", "stall_ppm")
 
@@ -69,6 +72,23 @@ def _settings(line: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in line.split() if "=" in w)
 
 
+def _changes_by_others(before: dict[str, str], now: dict[str, str]) -> str:
+    """The changes of the settings the kernel counted (changes=N, sealed:
+    patches/0015) beyond those the harness made since its begin line
+    (harness_changes=N), in words ('' if none, or if either count is
+    missing: a kernel or harness without them). A change undone before the
+    settings were read again still counts."""
+    try:
+        counted = int(now["changes"]) - int(before["changes"])
+        made = int(now["harness_changes"])
+    except (KeyError, ValueError):
+        return ""
+    if counted == made:
+        return ""
+    return (f"{counted} change(s) of the settings counted by the kernel, "
+            f"{made} made by the harness")
+
+
 def fabric_changed(trusted: list[str], console: str = "") -> str:
     """How the fabric's settings the harness read after a run differ from
     those of its begin line, read before any driver was loaded ('' if they
@@ -76,9 +96,13 @@ def fabric_changed(trusted: list[str], console: str = "") -> str:
     the one the harness set last. The kernel keeps the settings read-only
     after boot, so an honest driver never changes them; one that did (by a
     call no allow-list grants, or by editing page tables) is flagged, and so
-    is one whose store to them faulted (the console's oops says so)."""
+    is one whose store to them faulted (the console's oops says so). The
+    card's counters, on which the verdict rests, are read-only as well: a
+    store to them is flagged the same way."""
     if MODEL_STORE in console:
         return "a store to them faulted (the console log's oops)"
+    if COUNTERS_STORE in console:
+        return "a store to the ring card's counters faulted (the console log's oops)"
     before = _settings(harness_info(trusted))
     for line in trusted:
         at = line.find(FABRIC_LINE)
@@ -89,6 +113,9 @@ def fabric_changed(trusted: list[str], console: str = "") -> str:
                    for k in FABRIC_SETTINGS if k in before and now.get(k) != before[k]]
         if now.get("set_seed") and now.get("seed") != now["set_seed"]:
             changed.append(f"seed {now['set_seed']} -> {now.get('seed', '(unreadable)')}")
+        other = _changes_by_others(before, now)
+        if other:
+            changed.append(other)
         if changed:
             return ", ".join(changed)
     return ""

@@ -469,8 +469,8 @@ def not_graded(spec: LabSpec, submission_id: str, verdict: str, why: str,
                               verdict=verdict, notes=[why] + list(kw.pop("notes", [])), **kw)
 
 
-FABRIC_CHANGED = ("the driver tampered with the fabric's settings, which the kernel keeps "
-                  "read-only and no honest driver touches: ")
+FABRIC_CHANGED = ("the driver tampered with the fabric's settings or the card's counters, "
+                  "which the kernel keeps read-only and no honest driver touches: ")
 
 
 def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,

@@ -27,7 +27,7 @@ cost_route=50000
 if per_seed 3 race race; then
 	seed_fabric "$first_seed"
 	lab_route=$(sed -n 's/.* \(route_ns=[^ ]*\).*/\1/p' $params)
-	if ! echo "route_ns=$cost_route" > $params; then
+	if ! set_fabric "route_ns=$cost_route"; then
 		say "not ok 4 cost # the fabric refused route_ns=$cost_route"
 	elif load; then
 		say "# cost: measured with route_ns=$cost_route (the lab's: $lab_route)"
@@ -37,7 +37,7 @@ if per_seed 3 race race; then
 	else
 		say "not ok 4 cost # insmod failed: $(cat /tmp/insmod.err)"
 	fi
-	echo "$lab_route" > $params
+	set_fabric "$lab_route"
 else
 	say "not ok 4 cost # not graded: the race test failed"
 fi
