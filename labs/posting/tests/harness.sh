@@ -1,11 +1,13 @@
 #!/bin/sh
 # The posting lab's test plan, run in the guest as root. Environment: SEEDS
 # (space-separated), CYCLES (sessions per seed in the teardown test, default
-# 1000). The protocol (the nonce, tagged lines, the end line) is the
-# library's (vm/harness-lib.sh).
+# 500; the grader sets none). The protocol (the nonce, tagged lines, the end
+# line) is the library's (vm/harness-lib.sh).
 # shellcheck source-path=SCRIPTDIR source=../../../vm/harness-lib.sh
 . /lib/mmiolab/harness-lib.sh
-cycles=${CYCLES:-1000}
+# 500 sessions: a wrong fix's first failure came by session 252 in every
+# one of 25 runs of each of the slowest to fail (issue 35's closing note).
+cycles=${CYCLES:-500}
 
 begin postdrv 3 "lab=posting module=postdrv"
 load_unload "2 complete" "3 teardown"
