@@ -18,18 +18,19 @@ import tempfile
 import unittest
 
 from mmiolab.grade import GradeOptions, grade_batch
+from mmiolab.lab import RACE_CMDS
 from mmiolab.labspec import LABS_DIR, apply_patch, lab_names, load_lab
 from mmiolab.labtest import patches, run_variants, variant_source, variants
 from kitcfg import BUILD, CFG, TREE
 from vmtest import fixture_floor, need_guest, report
 
 SEEDS = list(range(1, int(os.environ.get("MMIOLAB_LAB_SEEDS", "10")) + 1))
-# Commands per CPU in a race run. Wrong fixes run the grader's 10000 (a run
-# stops at its first failure); correct ones run fewer here, to keep make check
-# short: scripts/labstats measures them at the grader's count.
+# Commands per CPU in a race run. Wrong fixes run the grader's (lab.RACE_CMDS;
+# a run stops at its first failure); correct ones run fewer here, to keep make
+# check short: scripts/labstats measures them at the grader's count.
 GOOD_CMDS = int(os.environ.get("MMIOLAB_LAB_CMDS", "3000"))
 # Sessions per seed in the posting lab's teardown run, for the same reason:
-# the grader's harness runs 1000 (labs/posting/tests/harness.sh).
+# the grader's harness runs 500 (labs/posting/tests/harness.sh).
 GOOD_CYCLES = int(os.environ.get("MMIOLAB_LAB_CYCLES", "300"))
 # Keys the labs' test programs print that describe a run, not what went wrong
 # in it: they need no words in a lab's [phrases].
@@ -50,7 +51,7 @@ class LabClaims:
     def setUpClass(cls):
         cls.spec = load_lab(cls.LAB)
 
-    def tally_all(self, names, cmds=10000, env=None, only=None):
+    def tally_all(self, names, cmds=RACE_CMDS, env=None, only=None):
         """Each variant's Tallies from one guest (run_variants); `only`: the
         one per-seed test of each to report (the others were not run)."""
         tallies = run_variants(self.spec, names, SEEDS, cmds=cmds, env=env, cfg=CFG)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import guestout, ktap, model, stages, vm
 from .config import Config
 from .initramfs import HARNESS_LIB
-from .lab import END_LINE, build_driver, guest_programs
+from .lab import END_LINE, RACE_CMDS, build_driver, guest_programs
 from .stages import fabric_append
 from .labspec import LabSpec, apply_patch
 
@@ -127,7 +127,7 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
 
 
 def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
-                 append: list[str] | None = None, cmds: int = 10000,
+                 append: list[str] | None = None, cmds: int = RACE_CMDS,
                  timeout: float | None = None, env: dict[str, str] | None = None,
                  *, cfg: Config) -> dict[str, dict[str, Tally]]:
     """Several variants in one guest, one after the other, each under its own
@@ -150,7 +150,7 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
 
 
 def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
-                   append: list[str] | None = None, cmds: int = 10000,
+                   append: list[str] | None = None, cmds: int = RACE_CMDS,
                    *, cfg: Config) -> dict[str, dict[str, model.TestOutcome]]:
     """The lab's harness-reported tests of each variant, scored as the grader
     scores them (stages.outcome_from_ktap), from one guest (run_variants'):
@@ -230,7 +230,7 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
 
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
-                cmds: int = 10000, timeout: float | None = None,
+                cmds: int = RACE_CMDS, timeout: float | None = None,
                 hidden: bool = False, stop_after: float | None = None,
                 *, cfg: Config) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one
