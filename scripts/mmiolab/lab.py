@@ -51,7 +51,7 @@ PROGRESS_H = os.path.join(GUEST_SRC, "progress.h")
 #: this. What it must cover: the latest first failures of the wrong fixes that
 #: fail last, a read before the doorbell write (in 25 seeded runs each, issue
 #: 35: doorbell's read-before-write by command 9648, modern's
-#: mutex-read-before-write by 14064, medians 2080 and 1856), so that every run
+#: mutex-read-before-write by 14064, medians 2080 and 2368), so that every run
 #: of every wrong fix still fails; what it costs: nearly all of a correct
 #: submission's CPU is its runs (make bench-grade). It was 10000.
 RACE_CMDS = 7500
