@@ -303,6 +303,35 @@ class ProtocolTest(unittest.TestCase):
         self.assertTrue(all(t.status == ktap.Status.PASS for t in got.values()), v1)
         self.assertNotIn(nonces[0], g.read("seen"))
 
+    def test_modern_race_only_races_that_path_alone(self):
+        """RACE_ONLY (the suite's, tests/test_labs.py): the path named is
+        raced on every seed, the others are reported skipped, not run."""
+        spec = load_lab("modern")
+        g = FakeGuest(spec.module, ["ringtest"])
+        self.addCleanup(g.close)
+        nonce = ktap.make_nonce()
+        g.write("job/nonce", nonce + "\n")
+        with open(os.path.join(spec.dir, "tests", "harness.sh")) as f:
+            g.run(f.read(), {"SEEDS": "3 5", "CMDS": "100", "RACE_ONLY": "mutex"})
+        channel = self.check_protocol(g, nonce)
+        got = ktap.expect(ktap.parse(channel, nonce=nonce), ["unlock", "relaxed", "mutex"])
+        self.assertEqual(got["mutex"].status, ktap.Status.PASS, channel)
+        self.assertEqual([t.name for t in got["mutex"].subtests], ["seed_3", "seed_5"])
+        for name in ("unlock", "relaxed"):
+            self.assertEqual(got[name].status, ktap.Status.SKIP, channel)
+            self.assertEqual(got[name].subtests, [])
+        races = [c for c in g.read("seen").splitlines()
+                 if c.startswith("program ") and "-N seed_" in c]
+        self.assertEqual(len(races), 2, races)
+        self.assertTrue(all("-m 3 " in c for c in races), races)
+
+    def test_batch_environment_is_quoted_and_checked(self):
+        cmd = labtest.batch_command("ringdrv", 1, [1], 100, 60, {"RACE_ONLY": "a b;c"})
+        self.assertIn("CMDS=100 RACE_ONLY='a b;c' timeout", cmd)
+        for bad in ("SEEDS", "CMDS", "lower", "A=B", ""):
+            with self.subTest(name=bad), self.assertRaises(ValueError):
+                labtest.batch_command("ringdrv", 1, [1], 100, 60, {bad: "1"})
+
 
 if __name__ == "__main__":
     unittest.main()

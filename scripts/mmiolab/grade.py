@@ -30,7 +30,7 @@ from typing import cast
 from . import ROOT, kernel, model, report, roster, stages, submission, vm
 from .config import Config
 from .gradebook import update_gradebook
-from .lab import build_text, new_scratch, remove_stale_scratch
+from .lab import RACE_CMDS, build_text, new_scratch, remove_stale_scratch
 from .labspec import LabSpec
 from .platforms import Platform
 
@@ -38,7 +38,7 @@ from .platforms import Platform
 @dataclass
 class GradeOptions:
     seeds: list[int]
-    cmds: int = 10000
+    cmds: int = RACE_CMDS
     out: str = ""                  # default: build/grades
     resume: bool = False
     append: tuple[str, ...] = ()

@@ -48,6 +48,17 @@ PROGRESS_H = os.path.join(GUEST_SRC, "progress.h")
 # The KTAP lines they print (ktap_out()).
 KTAP_H = os.path.join(GUEST_SRC, "ktap.h")
 
+#: Commands per CPU in a race run: the harnesses' CMDS (the doorbell and modern
+#: labs' ringtest -n; their hidden runs derive theirs from it). The grader's,
+#: and labstats' and the suite's for wrong fixes. A visible run is 2 CPUs times
+#: this. What it must cover: the latest first failures of the wrong fixes that
+#: fail last, a read before the doorbell write (in 25 seeded runs each, issue
+#: 35: doorbell's read-before-write by command 9648, modern's
+#: mutex-read-before-write by 14064, medians 2080 and 2368), so that every run
+#: of every wrong fix still fails; what it costs: nearly all of a correct
+#: submission's CPU is its runs (make bench-grade). It was 10000.
+RACE_CMDS = 7500
+
 
 class BuildFailed(MmiolabError):
     """The driver did not compile; the message is the compiler's output (no host paths)."""
@@ -314,7 +325,7 @@ def guest_programs(lab: LabSpec, cfg: Config) -> dict[str, str]:
                             ["-pthread", f"-I{lab.dir}", f"-I{GUEST_SRC}"], headers)
 
 
-def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int = 10000,
+def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int = RACE_CMDS,
               append: list[str] | None = None, timeout: float = 90,
               console_cap: int = vm.VMConfig.console_cap, harness: str | None = None,
               smp: int | None = None, stall_timeout: float = 0.0,

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tempfile
 from dataclasses import dataclass
 
 from . import guestout, ktap, model, stages, vm
 from .config import Config
 from .initramfs import HARNESS_LIB
-from .lab import END_LINE, build_driver, guest_programs
+from .lab import END_LINE, RACE_CMDS, build_driver, guest_programs
 from .stages import fabric_append
 from .labspec import LabSpec, apply_patch
 
@@ -126,18 +127,21 @@ def _tallies(spec: LabSpec, variant: str, seeds: list[int], channel: str, nonce:
 
 
 def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
-                 append: list[str] | None = None, cmds: int = 10000,
-                 timeout: float | None = None,
+                 append: list[str] | None = None, cmds: int = RACE_CMDS,
+                 timeout: float | None = None, env: dict[str, str] | None = None,
                  *, cfg: Config) -> dict[str, dict[str, Tally]]:
     """Several variants in one guest, one after the other, each under its own
     nonce: a boot per variant costs more than most variants' runs. A variant
     whose harness did not finish (a hang, a crash of the guest) and every
     variant after it are run again alone, so one cannot spoil another's count.
-    `timeout` is per variant (default: budget())."""
+    `timeout` is per variant (default: budget()). `env`: more of the batch's
+    harness environment (batch_command), such as a lab harness's own knobs
+    for the test suite (the modern lab's RACE_ONLY, the posting lab's
+    CYCLES); not for the variants run again alone."""
     timeout = timeout or budget(spec, seeds)
     out = {variant: _tallies(spec, variant, seeds, channel, nonce, seconds)
            for variant, (channel, nonce, seconds)
-           in _run_batch(spec, names, seeds, append, cmds, timeout, cfg).items()}
+           in _run_batch(spec, names, seeds, append, cmds, timeout, cfg, env).items()}
     for variant in names:
         if variant not in out:
             out[variant] = run_variant(spec, variant, seeds, append=append, cmds=cmds,
@@ -146,7 +150,7 @@ def run_variants(spec: LabSpec, names: list[str], seeds: list[int],
 
 
 def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
-                   append: list[str] | None = None, cmds: int = 10000,
+                   append: list[str] | None = None, cmds: int = RACE_CMDS,
                    *, cfg: Config) -> dict[str, dict[str, model.TestOutcome]]:
     """The lab's harness-reported tests of each variant, scored as the grader
     scores them (stages.outcome_from_ktap), from one guest (run_variants'):
@@ -154,7 +158,7 @@ def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
     is left out."""
     out = {}
     for variant, (channel, nonce, _) in _run_batch(spec, names, seeds, append, cmds,
-                                                   budget(spec, seeds), cfg).items():
+                                                   budget(spec, seeds), cfg, None).items():
         parsed = ktap.parse(guestout.without_heartbeats(channel, nonce), nonce=nonce)
         found = parsed.expect(t.name for t in spec.ktap_tests)
         out[variant] = {g.name: stages.outcome_from_ktap(g, found[g.name], spec.phrases)
@@ -163,7 +167,8 @@ def score_variants(spec: LabSpec, names: list[str], seeds: list[int],
 
 
 def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[str] | None,
-               cmds: int, timeout: float, cfg: Config) -> dict[str, tuple[str, str, float]]:
+               cmds: int, timeout: float, cfg: Config,
+               env: dict[str, str] | None) -> dict[str, tuple[str, str, float]]:
     """run_variants' guest: each variant whose harness finished, with the
     guest's channel, the variant's nonce and the guest's seconds."""
     base = os.path.join(cfg.build, "labtest", spec.name)
@@ -184,7 +189,7 @@ def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[s
             files[f"/job/v/{i}.nonce"] = f"{nonces[i]}\n".encode()
         batch = ktap.make_nonce()
         files["/job/v/batch.nonce"] = f"{batch}\n".encode()
-        command = batch_command(spec.module, len(names), seeds, cmds, timeout)
+        command = batch_command(spec.module, len(names), seeds, cmds, timeout, env)
         log_dir = os.path.join(base, "batch-" + re.sub(r"[^A-Za-z0-9._=-]", "-",
                                                        "-".join(append or ["default"])))
         options = vm.VMConfig.from_config(
@@ -195,21 +200,27 @@ def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[s
             if f"{nonce} {END_LINE}" in res.channel}
 
 
-def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout: float) -> str:
+def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout: float,
+                  env: dict[str, str] | None = None) -> str:
     """run_variants' job script: variants 0..count-1 (/job/v/I.ko, I.nonce) in
     turn, then the batch's end line (/job/v/batch.nonce). Every end line comes
     from the harness library (vm/harness-lib.sh), sourced in a subshell, which
     tags its end line with the nonce in /job/nonce: a variant's harness prints
     its own, but one killed for outlasting its time cannot, so the loop prints
-    it again after each."""
+    it again after each. `env` goes to every harness, after SEEDS and CMDS."""
     end = f"( . {HARNESS_LIB} )"
     seed_list = " ".join(str(int(s)) for s in seeds)
+    extra = ""
+    for name, value in (env or {}).items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or name in ("SEEDS", "CMDS"):
+            raise ValueError(f"not a harness variable run_variants may set: {name!r}")
+        extra += f"{name}={shlex.quote(value)} "
     # Each variant gets the time one run of its own would: one that outlasts
     # it (a delay too long for the time limit) is stopped, and the seeds it
     # did not report count as failed, as the grader counts a run that hangs.
     return (f"for i in $(seq 0 {count - 1}); do "
             f"cp /job/v/$i.ko /job/{module}.ko; cp /job/v/$i.nonce /job/nonce; "
-            f"SEEDS='{seed_list}' CMDS={int(cmds)} timeout -s KILL {int(timeout)} "
+            f"SEEDS='{seed_list}' CMDS={int(cmds)} {extra}timeout -s KILL {int(timeout)} "
             f"sh /job/harness.sh; rmmod {module} 2>/dev/null; "
             f"cp /job/v/$i.nonce /job/nonce; {end}; "
             # A module that will not unload spoils what follows: stop, and
@@ -219,7 +230,7 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
 
 
 def run_variant(spec: LabSpec, variant: str, seeds: list[int], append: list[str] | None = None,
-                cmds: int = 10000, timeout: float | None = None,
+                cmds: int = RACE_CMDS, timeout: float | None = None,
                 hidden: bool = False, stop_after: float | None = None,
                 *, cfg: Config) -> dict[str, Tally]:
     """Build the variant and run the lab's harness once, over all seeds, in one

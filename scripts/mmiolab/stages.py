@@ -44,8 +44,8 @@ from typing import Any
 from . import guestout, kernel, ktap, model, objcheck, report, speed, submission
 from .config import Config
 from .gradebook import MergeReport, update_gradebook
-from .lab import (BuildFailed, Run, build_driver, build_text, confinement_level, disassemble,
-                  run_tests, scratch_root)
+from .lab import (RACE_CMDS, BuildFailed, Run, build_driver, build_text, confinement_level,
+                  disassemble, run_tests, scratch_root)
 from .labspec import GradedTest, LabSpec, boot_words
 from .platforms import Platform
 
@@ -257,7 +257,7 @@ def detector_append(factor: float) -> list[str]:
 
 
 def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden: bool = False,
-              cmds: int = 10000, append: list[str] | tuple[str, ...] = (),
+              cmds: int = RACE_CMDS, append: list[str] | tuple[str, ...] = (),
               timeout: float | None = None, console_cap: int | None = None,
               cfg: Config, deadline: float | None = None) -> Run:
     """One guest: the lab's harness (hidden: the hidden tests', with their CPUs and
@@ -292,7 +292,7 @@ def run_guest(spec: LabSpec, ko: str, seeds: list[int], log_dir: str, *, hidden:
 MIN_HIDDEN_RUN = 30.0
 
 
-def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = 10000,
+def run(spec: LabSpec, ready: Prepared, seeds: list[int], out_dir: str, *, cmds: int = RACE_CMDS,
         append: list[str] | tuple[str, ...] = (), title: str = "",
         cfg: Config, deadline: float | None = None) -> Ran:
     """Run a prepared module: the visible tests in a guest (its logs, and the

@@ -32,7 +32,7 @@ import time
 from .. import initramfs, kernel, labspec
 from ..config import Config
 from ..grade import GradeOptions, entries_for, grade_batch, grade_one
-from ..lab import confinement
+from ..lab import RACE_CMDS, confinement
 from ..model import NOT_CHARGED, TOO_SLOW
 from ..platforms import PLATFORMS
 
@@ -48,7 +48,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-j", type=int, default=1, help="parallel VMs (at most the cores)")
     ap.add_argument("--seeds", type=int, help="race seeds per submission (default: the lab's)")
     ap.add_argument("--seed", type=int, action="append", help="this seed only (repeatable)")
-    ap.add_argument("--cmds", type=int, default=10000, help="commands per CPU per race run")
+    ap.add_argument("--cmds", type=int, default=RACE_CMDS,
+                    help="commands per CPU per race run (default: %(default)s)")
     ap.add_argument("--out", help="where the outputs go (default: build/grades)")
     ap.add_argument("--resume", action="store_true", help="skip submissions already graded")
     mode = ap.add_mutually_exclusive_group()

@@ -23,13 +23,15 @@ import fnmatch
 from .. import initramfs
 from ..config import Config
 from ..labspec import load_lab
+from ..lab import RACE_CMDS
 from ..labtest import run_variant, variants
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lab", default="doorbell")
     ap.add_argument("--seeds", type=int, default=100)
-    ap.add_argument("--cmds", type=int, default=10000)
+    ap.add_argument("--cmds", type=int, default=RACE_CMDS,
+                    help="commands per CPU per race run (default: the grader's, %(default)s)")
     ap.add_argument("--only", action="append", metavar="PATTERN",
                     help="rows whose variant matches this shell pattern (fixture:*, "
                          "correct:*, starter, ...; repeatable); the hidden rows too")
