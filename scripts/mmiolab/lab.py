@@ -348,12 +348,18 @@ def run_tests(lab: LabSpec, ko: str, seeds: list[int], log_dir: str, cmds: int =
                           console_cap=console_cap, done_marker=f"{nonce} {END_LINE}",
                           progress_marker=f"{nonce} {PROGRESS_LINE}",
                           stall_timeout=stall_timeout, smp=smp or 0, config=cfg)
+    res = run_booted(command, files, options, log_dir)
+    return Run(list(seeds), nonce, res, append)
+
+
+def run_booted(command: str, files: dict[str, str | bytes], options: vm.VMConfig,
+               log_dir: str) -> vm.RunResult:
+    """vm.run, booted once more if the guest died before the job started:
+    nothing of the submission had run. Seen under TCG as a rare int3 oops
+    while the boot patches a static key (the trace events of
+    vm.RECORD_APPEND); the first console log is kept beside the second."""
     res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
-        # The guest died before the harness started: nothing of the
-        # submission had run. Seen under TCG as a rare int3 oops while
-        # the boot patches a static key; boot once more before blaming
-        # anyone, and keep the first console log.
         os.replace(res.log, res.log + ".boot-failure")
         res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
-    return Run(list(seeds), nonce, res, append)
+    return res

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import guestout, ktap, model, stages, vm
 from .config import Config
 from .initramfs import HARNESS_LIB
-from .lab import END_LINE, RACE_CMDS, build_driver, guest_programs
+from .lab import END_LINE, RACE_CMDS, build_driver, guest_programs, run_booted
 from .stages import fabric_append
 from .labspec import LabSpec, apply_patch
 
@@ -195,7 +195,7 @@ def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[s
         options = vm.VMConfig.from_config(
             cfg, append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
             timeout=timeout * len(names) + 60, done_marker=f"{batch} {END_LINE}")
-        res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
+        res = run_booted(command, files, options, log_dir)
     return {variant: (res.channel, nonce, res.seconds) for variant, nonce in zip(names, nonces)
             if f"{nonce} {END_LINE}" in res.channel}
 
