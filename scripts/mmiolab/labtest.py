@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -196,8 +197,14 @@ def _run_batch(spec: LabSpec, names: list[str], seeds: list[int], append: list[s
             cfg, append=vm.RECORD_APPEND + fabric_append(spec) + list(append or []),
             timeout=timeout * len(names) + 60, done_marker=f"{batch} {END_LINE}")
         res = run_booted(command, files, options, log_dir)
-    return {variant: (res.channel, nonce, res.seconds) for variant, nonce in zip(names, nonces)
+    done = {variant: (res.channel, nonce, res.seconds) for variant, nonce in zip(names, nonces)
             if f"{nonce} {END_LINE}" in res.channel}
+    if len(done) < len(names):
+        # Said here: the log is overwritten by the next batch of this name.
+        missing = ", ".join(v for v in names if v not in done)
+        print(f"mmiolab: labtest: no end line from {missing}: {res.describe()} "
+              f"(console: {res.log})", file=sys.stderr, flush=True)
+    return done
 
 
 def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout: float,
