@@ -7,6 +7,7 @@ import os
 import sys
 
 from .. import ROOT, kernel, vm
+from ..lab import run_booted
 from ..config import Config
 
 
@@ -20,12 +21,15 @@ def run(args: argparse.Namespace, cfg: Config) -> int:
     src = os.path.join(ROOT, "vm", "bench")
     out = os.path.join(cfg.build, "bench")
     (ko,) = kernel.build_module(src, out, os.path.join(out + "-build.log"), kernel.tree(cfg))
-    res = vm.run("insmod /job/mmiosim_bench.ko && dmesg", files={"/job/mmiosim_bench.ko": ko},
-                 cfg=vm.VMConfig.from_config(cfg, append=args.append, timeout=300))
+    # The guest's console is kept (build/bench/guest): a failure is rare
+    # (one panic in some fifty runs, cause unknown) and needs its log.
+    res = run_booted("insmod /job/mmiosim_bench.ko && dmesg", {"/job/mmiosim_bench.ko": ko},
+                     vm.VMConfig.from_config(cfg, append=args.append, timeout=300),
+                     os.path.join(out, "guest"))
     lines = res.console.splitlines()
     start = next((i for i, line in enumerate(lines) if "Subtest: mmiosim_bench" in line), None)
     if not res.ok or start is None:
-        print(f"mmiolab: bench failed: {res.describe()}", file=sys.stderr)
+        print(f"mmiolab: bench failed: {res.describe()} (console: {res.log})", file=sys.stderr)
         return 1
     for line in lines[start - 1:]:
         text = line.split("] ", 1)[-1]
