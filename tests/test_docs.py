@@ -761,7 +761,6 @@ class FigureRoleTest(unittest.TestCase):
             problems = figure_role_problems({home: page}, folder=tmp)
             self.assertTrue(any("kernel" in p for p in problems), problems)
 
-
     def test_instructor_pages_have_no_bare_measurement(self):
         self.assertEqual(bare_measure_problems(read_sources()), [])
 
