@@ -299,6 +299,16 @@ class FabricSettingsTest(unittest.TestCase):
             with self.subTest(now):
                 self.assertEqual(self.changed(fabric(("", "")), fabric((was, now))), said)
 
+    def test_a_change_of_clock_is_named(self):
+        """The fabric's clock (mmiosim.clock, on a kernel that has it): a
+        change during the run is flagged like any other."""
+        begin = BEGIN + " clock=skip changes=0"
+
+        def after(clock):
+            return fabric(("", "")) + f" clock={clock} changes=0"
+        self.assertEqual(guestout.fabric_changed([begin, after("skip")]), "")
+        self.assertEqual(guestout.fabric_changed([begin, after("real")]), "clock skip -> real")
+
     def test_a_change_undone_is_counted(self):
         """The kernel counts every change of the settings (changes=N); the
         harness says how many it made (harness_changes=N). One more, even

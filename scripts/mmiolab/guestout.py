@@ -38,7 +38,7 @@ MODEL_STORE = "is in the fabric's model, read-only after boot"
 # (patches/0014: ringdev_die()).
 COUNTERS_STORE = "is in the ring card's counters, read-only after boot"
 FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
-                   "stall_ns", "stall_ppm")
+                   "stall_ns", "stall_ppm", "clock")
 
 
 @dataclass
