@@ -216,6 +216,14 @@ def adversarial_outputs(rng):
     yield "recording, bomb", head + recording([b"\0" * (1 << 20)] * 1024), ""
     yield "recording, trace-like line", head + recording(
         [b"-1 [1] 1.1: mmiosim_post: " + b"a" * (1 << 20)] + [b"\n-" + b" " * 5000] * 200), ""
+    with open(os.path.join(os.path.dirname(DATA), "traces", "posting-starter.txt.gz"),
+              "rb") as f:
+        trace = zlib.decompress(f.read(), wbits=31)
+    post = b"  posttest-74 [000] d.... 9.000000: mmiosim_post: win=0 cpu=0 seq=9999 off=0x1c "
+    yield "recording, malformed event", head + recording(
+        [trace, post + b"val=0x1 t=zz"]), ""
+    yield "recording, time past u64", head + recording(
+        [trace, post + b"val=0x1 t=1 posted=" + b"9" * 400]), ""
     yield "recording never ends", head + "=== mmiolab record 1 begin ===\n" + "QUFB" * big, ""
     yield "binary", bytes(rng.randrange(256) for _ in range(big)).decode("latin-1"), \
         bytes(rng.randrange(256) for _ in range(big)).decode("latin-1")

@@ -130,7 +130,11 @@ def race_picture(channel: str, out_dir: str, title: str, kernel_src: str) -> Pic
     recs = [r for r in timeline.recordings_in(channel) if r.text]
     if not recs:
         return None
-    d = timeline.draw(recs[0].text, title=title, ring=timeline.ring(kernel_src))
+    card = timeline.ring(kernel_src)
+    try:
+        d = timeline.draw(recs[0].text, title=title, ring=card)
+    except timeline.TraceError:         # a malformed event: no picture, and no verdict
+        return None
     if not d.svg:
         return None
     model.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)

@@ -365,19 +365,28 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
 ROUNDING_NS = 499
 
 
+#: The kernel prints the fabric's times as u64: a larger one is no time.
+U64 = 1 << 64
+
+
 def _fabric_now(ev: Event) -> int | None:
     """A time on the fabric's clock that the event was recorded at or after
     (ns), or None when it gives none: the post's posted=, the arrival's t=,
     the end of an mmiowb() or a read (t= plus wait= or cost=, a kernel's
-    that says t=)."""
+    that says t=). ValueError for one past what the kernel prints: the lead
+    taken from it would move every later event out of reach."""
     f = ev.fields
     if ev.name == "post" and "posted" in f:
-        return _num(f["posted"])
-    if ev.name == "arrive" and "t" in f:
-        return _num(f["t"])
-    if ev.name in ("mmiowb", "read") and "t" in f:
-        return _num(f["t"]) + _num(f["wait" if ev.name == "mmiowb" else "cost"])
-    return None
+        now = _num(f["posted"])
+    elif ev.name == "arrive" and "t" in f:
+        now = _num(f["t"])
+    elif ev.name in ("mmiowb", "read") and "t" in f:
+        now = _num(f["t"]) + _num(f["wait" if ev.name == "mmiowb" else "cost"])
+    else:
+        return None
+    if not 0 <= now < U64:
+        raise ValueError("a time past the largest the kernel prints (u64)")
+    return now
 
 
 def fabric_clock(params: str) -> str:
@@ -426,7 +435,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
     irqs: list[Irq] = []
     returns: list[Return] = []
     given = header.get("fabric_lead_ns", "")
-    lead = int(given) if given.isdigit() else 0
+    lead = int(given) if given.isdigit() and len(given) < 21 and int(given) < U64 else 0
     rounding = 0 if fabric_clock(header.get("fabric", "")) == "skip" else ROUNDING_NS
 
     def write_of(ev: Event, f: dict[str, str]) -> Write:
