@@ -144,9 +144,10 @@ def excerpt(name: str, source: str, want: str, trace: str,
 
 
 # What the docs' excerpts keep of the recording's header (the rest is the
-# student's: the command's output, the card's counters, the modules loaded).
+# student's: the command's output, the card's counters, the modules loaded;
+# fabric_lead_ns, under mmiosim.clock=skip, places the excerpt's interrupts).
 DOCS_KEYS = ("mmiolab", "recorded_by", "date", "driver", "command", "kernel", "cpus", "accel",
-             "fabric", "trace_clock", "result", "attempt", "shows", "excerpt")
+             "fabric", "trace_clock", "result", "attempt", "shows", "excerpt", "fabric_lead_ns")
 
 
 def docs_excerpt(d: timeline.Drawing) -> str:
