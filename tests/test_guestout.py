@@ -177,6 +177,19 @@ class WorstInputsTest(unittest.TestCase):
         self.assertEqual(recs[0].problem, "")
         self.assertTrue(timeline.draw(recs[0].text, ring=ring()).svg)
 
+    def test_a_header_of_digits_int_refuses_is_no_number(self):
+        # str.isdigit() takes "\u00b2", int() refuses it: the reader crashed.
+        with open(os.path.join(os.path.dirname(DATA), "traces", "posting-starter.txt.gz"),
+                  "rb") as f:
+            trace = zlib.decompress(f.read(), wbits=31)
+        ch = recording(["# card_irq: \u00b2\n# fabric_lead_ns: \u00b2\n".encode(), trace])
+        out = tempfile.mkdtemp(prefix="picture-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        pic = guestout.race_picture(ch, out, "posting", TREE.src)
+        self.assertEqual("early-return", timeline.draw(
+            timeline.recordings_in(ch)[0].text, ring=ring()).finding.kind)
+        self.assertIsNotNone(pic)
+
     def test_a_disable_that_never_arrived_gets_its_picture(self):
         # A posting wrong fix's run whose interrupt disable was still queued
         # when the trace ends: the report carries race.svg, race.html and the

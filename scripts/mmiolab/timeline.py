@@ -45,8 +45,9 @@ A recorded file may start with "# key: value" header lines (written by the
 guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
 line of /sys/kernel/debug/mmiosim/params), ``card_irq`` (the card's
 interrupt number), ``trace_clock``, ``fabric_lead_ns`` (an excerpt's: the
-lead its trace showed before the excerpt's first line) and others. ftrace's own "#" lines are
-read for one thing: whether the buffer overflowed.
+lead its trace showed before the excerpt's first line) and others.
+ftrace's own "#" lines are read for one thing: whether the buffer
+overflowed.
 """
 
 from __future__ import annotations
@@ -270,7 +271,8 @@ class Trace:
     @property
     def card_irq(self) -> int | None:
         v = self.header.get("card_irq", "")
-        return int(v) if v.isdigit() else None
+        # (isdigit() alone takes "\u00b2", which int() does not)
+        return int(v) if v.isascii() and v.isdigit() else None
 
 
 def _num(s: str) -> int:
@@ -435,7 +437,7 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
     irqs: list[Irq] = []
     returns: list[Return] = []
     given = header.get("fabric_lead_ns", "")
-    lead = int(given) if given.isdigit() and len(given) < 21 and int(given) < U64 else 0
+    lead = int(given) if re.fullmatch(r"[0-9]{1,20}", given) and int(given) < U64 else 0
     rounding = 0 if fabric_clock(header.get("fabric", "")) == "skip" else ROUNDING_NS
 
     def write_of(ev: Event, f: dict[str, str]) -> Write:
@@ -510,7 +512,8 @@ def _mark_late(tr: Trace) -> None:
     has returned, and before the next write to INT_ENABLE, is late: the
     caller was told the card was quiet. (The posting lab's test counts the
     same interrupts, as the card's line of /proc/interrupts moving after
-    STOP returned.)
+    STOP returned.) "After" is by the lines' order, the order they were
+    recorded in, which no lead of the fabric's clock changes.
     """
     irq = tr.card_irq
     if not tr.returns:
