@@ -142,6 +142,57 @@ class OrderCostTest(unittest.TestCase):
                                         cost=8000)] + self.alternating(lambda us, cpu, w: []))
         self.assertEqual((v["flush"], v["by_read"], v["idle_flushes"]), ("none", "0", "1"))
 
+    def skip_clock_run(self, flush_after_us):
+        """Four doorbells from CPUs 0 and 1 in turn as a kernel with
+        mmiosim.clock=skip traces them: the fabric's times (t=, posted=) run
+        ahead of the line's timestamp by a lead that grows 300 us each
+        doorbell. After each doorbell its CPU writes INT_ACK and then waits
+        in mmiowb() (2 us, for that write), beginning flush_after_us after
+        the doorbell was posted; the doorbell leaves the queue 3 us after it."""
+        lines = []
+        for i in range(4):
+            us, cpu, lead = 1000 + 50 * i, i % 2, 300 * (i + 1)
+            fab = (us + lead) * 1000            # the fabric's now at the post
+            lines.append(trace_line(us, "mmiosim_post", win=0, cpu=cpu, seq=2 * i, off=DOORBELL,
+                                    val=1, t=fab + 3000, posted=fab))
+            lines.append(trace_line(us + 1, "mmiosim_post", win=0, cpu=cpu, seq=2 * i + 1,
+                                    off=INT_ACK, val=1, t=fab + 4000, posted=fab + 1000))
+            began = fab + flush_after_us * 1000
+            lines.append(trace_line(us + flush_after_us + 2, "mmiosim_mmiowb", cpu=cpu,
+                                    wait=2000, t=began))
+        return lines
+
+    def test_a_skip_clock_flush_is_timed_by_its_t(self):
+        """Under mmiosim.clock=skip a flush's start is its event's t=, the
+        fabric's clock, as the drain times are: the line's timestamp less
+        the wait is behind it by the lead."""
+        # Begun before the doorbell's drain time: it found the doorbell queued.
+        last, v = self.cost(self.skip_clock_run(flush_after_us=2))
+        self.assertEqual((last, v["flush"], v["bursts"], v["by_mmiowb"], v["ordering_ns"]),
+                         ("ok 4 cost", "mmiowb", "4", "4", "2000"))
+        # Begun after it (the interrupt handler's mmiowb(), after the
+        # command completed): it ordered nothing.
+        lines = self.skip_clock_run(flush_after_us=20)
+        last, v = self.cost(lines)
+        self.assertEqual((last, v["flush"], v["by_mmiowb"], v["unordered"], v["idle_flushes"]),
+                         ("ok 4 cost", "none", "0", "4", "4"))
+        # The same lines without t= are read as an older kernel's: by the
+        # line's timestamp, which the lead puts before the drain time.
+        _, v = self.cost([ln.rsplit(" t=", 1)[0] if "mmiowb" in ln else ln for ln in lines])
+        self.assertEqual(v["by_mmiowb"], "4")
+
+    def test_a_skip_clock_read_is_timed_by_its_t(self):
+        """A read's t= is when it began, on the fabric's clock, as mmiowb()'s."""
+        lines = [ln.replace("mmiosim_mmiowb: cpu=0 wait=2000",
+                            "mmiosim_read: win=0 cpu=0 off=0x20 val=0x0 cost=2000")
+                 .replace("mmiosim_mmiowb: cpu=1 wait=2000",
+                          "mmiosim_read: win=0 cpu=1 off=0x20 val=0x0 cost=2000")
+                 for ln in self.skip_clock_run(flush_after_us=20)]
+        self.assertEqual(sum("mmiosim_read" in ln for ln in lines), 4)
+        last, v = self.cost(lines)
+        self.assertEqual((last, v["flush"], v["by_read"], v["idle_flushes"]),
+                         ("ok 4 cost", "none", "0", "4"))
+
     def test_a_trace_that_lost_events_is_not_scored(self):
         last, v = self.cost(self.alternating(lambda us, cpu, w: []),
                             header="# entries-in-buffer/entries-written: 10/12   #P:2")

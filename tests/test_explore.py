@@ -176,6 +176,202 @@ class TimelineTest(unittest.TestCase):
         self.assertEqual(d.svg, "")
 
 
+SKIP_FABRIC = ("# fabric: profile=sn2 locking=2004 route_ns=1500,9000 jitter_ns=0 "
+               "bridge_ns=2000 read_ns=10000 stall_ns=0 stall_ppm=0 seed=1 clock={} changes=0")
+DOORBELL, INT_ENABLE, CONSUMER = 0x1c, 0x24, 0x20
+
+
+def line(us: int, event: str, tcpu: int, task: str = "ringtest-74", **fields: int) -> str:
+    """A trace line recorded at us (the line's timestamp, µs) on CPU tcpu, as
+    /sys/kernel/tracing/trace prints it; off= and val= in hex."""
+    args = " ".join(f"{k}={v:#x}" if k in ("off", "val") else f"{k}={v}"
+                    for k, v in fields.items())
+    return (f"{task:>16}      [{tcpu:03d}] d....  {us // 10**6:5d}.{us % 10**6:06d}: "
+            f"{event}: {args}")
+
+
+def skip_race(skip: bool = True) -> tuple[str, int]:
+    """A doorbell race: CPU 1 posts doorbell 20 (route 9 us), CPU 0 doorbell
+    21 (1.5 us), then reads CONSUMER, which pushes 21 to the card at once and
+    costs 10 us; 20 arrives after it, stale, and the card's interrupt is
+    handled on CPU 1. Under mmiosim.clock=skip (skip) the fabric's clock is
+    1 ms ahead of the lines' timestamps at first, and the read, instead of
+    spinning, skips ahead: the lead grows to 1.0095 ms. Under clock=real the
+    read spins (the lines after it are 10 us later) and a fabric time can be
+    a little past its line's timestamp (rounded to the microsecond), with no
+    lead. Returns (trace, the lead after the read)."""
+    lead = 1_000_000 if skip else 0
+    after = lead + 9_500 if skip else 0
+    spun = 0 if skip else 10                 # us the read spins in the guest
+    arrive11 = (2003, 2_004_500 + lead) if skip else (2005, 2_004_300)
+    lines = [SKIP_FABRIC.format("skip" if skip else "real"), "# trace_clock: mono",
+             "# card_irq: 24",
+             line(2000, "mmiosim_post", 1, win=0, cpu=1, seq=10, off=DOORBELL, val=20,
+                  t=2_009_000 + lead, posted=2_000_000 + lead),
+             line(2002, "mmiosim_post", 0, win=0, cpu=0, seq=11, off=DOORBELL, val=21,
+                  t=2_003_500 + lead, posted=2_002_000 + lead),
+             line(2003, "mmiosim_drain", 0, cpu=0, seq=11, t=2_002_500 + lead),
+             line(arrive11[0], "mmiosim_arrive", 0, win=0, cpu=0, seq=11, off=DOORBELL, val=21,
+                  t=arrive11[1], posted=2_002_000 + lead),
+             line(2003 + spun, "mmiosim_read", 0, win=0, cpu=0, off=CONSUMER, val=0, cost=10_000,
+                  t=2_002_500 + lead),
+             line(2004 + spun, "mmiosim_drain", 1, cpu=1, seq=10, t=2_009_000 + lead)
+             + " overtaken",
+             line(2004 + spun, "mmiosim_arrive", 1, win=0, cpu=1, seq=10, off=DOORBELL, val=20,
+                  t=2_004_000 + spun * 1000 + after - 200, posted=2_000_000 + lead),
+             line(2006 + spun, "irq_handler_entry", 1, task="<idle>-0", irq=24).replace(
+                 "irq=24", "irq=24 name=ringdev")]
+    return "\n".join(lines) + "\n", after
+
+
+def skip_posting(readback: bool) -> str:
+    """The posting lab under mmiosim.clock=skip: posttest on CPU 0 posts a
+    doorbell and INT_ENABLE=0 with the lead at 2 ms; then either its ioctl()
+    returns and CPU 1 skips 1.7 ms ahead in an mmiowb() (the lead is then
+    3.7 ms), the writes arrive and the card's interrupt is handled on CPU 1
+    (a late interrupt); or (readback) it reads CONSUMER, which delivers both
+    writes and skips 45 us ahead, before its ioctl() returns (no failure)."""
+    lead = 2_000_000
+    out = ["# fabric: profile=sn2 locking=2004 route_ns=1500 jitter_ns=100000 bridge_ns=20000 "
+           "clock=skip changes=0", "# trace_clock: mono", "# card_irq: 24",
+           line(1_829_125, "mmiosim_post", 0, "posttest-74", win=0, cpu=0, seq=20, off=DOORBELL,
+                val=15, t=1_829_152_832 + lead, posted=1_829_125_000 + lead),
+           line(1_829_129, "mmiosim_post", 0, "posttest-74", win=0, cpu=0, seq=21,
+                off=INT_ENABLE, val=0, t=1_829_184_768 + lead, posted=1_829_129_000 + lead)]
+    if readback:
+        now = 1_829_130_000 + lead
+        out += [line(1_829_130, "mmiosim_drain", 0, "posttest-74", cpu=0, seq=20, t=now),
+                line(1_829_130, "mmiosim_drain", 0, "posttest-74", cpu=0, seq=21, t=now),
+                line(1_829_130, "mmiosim_arrive", 0, "posttest-74", win=0, cpu=0, seq=20,
+                     off=DOORBELL, val=15, t=now + 20_000, posted=1_829_125_000 + lead),
+                line(1_829_130, "mmiosim_arrive", 0, "posttest-74", win=0, cpu=0, seq=21,
+                     off=INT_ENABLE, val=0, t=now + 40_000, posted=1_829_129_000 + lead),
+                line(1_829_131, "mmiosim_read", 0, "posttest-74", win=0, cpu=0, off=CONSUMER,
+                     val=0, cost=45_000, t=now),
+                line(1_829_133, "sys_exit", 0, "posttest-74")+ "NR 16 = 0"]
+    else:
+        skipped = lead + 1_700_000
+        out += [line(1_829_135, "sys_exit", 0, "posttest-74")+ "NR 16 = 0",
+                line(1_829_140, "mmiosim_mmiowb", 1, "ringtest-75", cpu=1, wait=1_700_000,
+                     t=1_829_140_000 + lead),
+                line(1_829_141, "mmiosim_drain", 1, "<idle>-0", cpu=0, seq=20,
+                     t=1_829_152_832 + lead),
+                line(1_829_141, "mmiosim_drain", 1, "<idle>-0", cpu=0, seq=21,
+                     t=1_829_184_768 + lead),
+                line(1_829_141, "mmiosim_arrive", 1, "<idle>-0", win=0, cpu=0, seq=20,
+                     off=DOORBELL, val=15, t=1_830_765_485 + lead, posted=1_829_125_000 + lead),
+                line(1_829_141, "mmiosim_arrive", 1, "<idle>-0", win=0, cpu=0, seq=21,
+                     off=INT_ENABLE, val=0, t=1_830_789_621 + lead,
+                     posted=1_829_129_000 + lead),
+                line(1_829_142, "irq_handler_entry", 1, "<idle>-0", irq=24).replace(
+                    "irq=24", "irq=24 name=postdrv")]
+        assert 1_829_141_000 + skipped >= 1_830_789_621 + lead     # arrived by then
+    return "\n".join(out) + "\n"
+
+
+class SkipClockTimelineTest(unittest.TestCase):
+    """Under mmiosim.clock=skip the fabric's times (t=, posted=) run ahead of
+    the lines' timestamps by a lead that grows during a run: the writes and
+    waits are drawn on the fabric's clock, the kernel's own events moved
+    onto it by the lead seen so far."""
+
+    def test_a_stale_doorbell_and_its_read_on_the_fabrics_clock(self):
+        text, lead = skip_race()
+        tr = timeline.parse(text, ring=ring())
+        self.assertEqual((tr.writes[10].post, tr.writes[11].post), (3_000_000, 3_002_000))
+        self.assertEqual(lead, 1_009_500)
+        read = tr.spans[0]
+        self.assertEqual((read.kind, read.start, read.end), ("read", 3_002_500, 3_012_500))
+        # The interrupt: its line's timestamp plus the lead the read showed.
+        self.assertEqual(tr.irqs[0].ts, 2_006_000 + lead)
+        d = timeline.draw(text, ring=ring())
+        self.assertEqual(d.finding.kind, "stale-doorbell")
+        self.assertEqual(set(d.finding.marked), {10, 11})
+        self.assertIn("entered the bridge 6.50 \u00b5s earlier", d.finding.text)
+        self.assertIn("the card saw 21 and then 20", d.finding.text)
+        # The picture starts at the first post, on the fabric's clock (the
+        # line's timestamps would put the read 1 ms before every write).
+        self.assertIn("t0 = 3000000 ns", d.svg)
+        self.assertIn("readl(CONSUMER) took 10000 ns", d.svg)
+        self.assertNotIn("or a little earlier", d.svg)
+        self.assertEqual([s.split(":")[0] for s in d.words],
+                         ["[the finding] seq 10", "[the finding] seq 11"])
+        self.assertIn("posted at +2.00 \u00b5s", d.words[1])
+
+    def test_an_excerpt_keeps_the_lead_shown_before_it(self):
+        text, _ = skip_race()
+        # Events before the excerpt that showed a larger lead than its own lines do.
+        extra = [line(1500, "mmiosim_post", 0, win=0, cpu=0, seq=8, off=CONSUMER, val=0,
+                      t=1_501_500 + 1_050_000, posted=1_500_000 + 1_050_000),
+                 line(1502, "mmiosim_drain", 0, cpu=0, seq=8, t=2_551_500),
+                 line(1503, "mmiosim_arrive", 0, win=0, cpu=0, seq=8, off=CONSUMER, val=0,
+                      t=2_553_000, posted=2_550_000)]
+        head, rest = text.split("# card_irq: 24\n")
+        text = head + "# card_irq: 24\n" + "\n".join(extra) + "\n" + rest
+        # An interrupt inside the excerpt, before any line of it shows that lead.
+        post11 = next(ln for ln in text.splitlines() if "seq=11" in ln)
+        text = text.replace(post11 + "\n", post11 + "\n" + line(
+            2002, "irq_handler_entry", 1, task="<idle>-0", irq=25) + "\n")
+        tr = timeline.parse(text, ring=ring())
+        self.assertEqual([q.ts for q in tr.irqs], [2_002_000 + 1_050_000, 2_006_000 + 1_050_000])
+        d = timeline.draw(text, ring=ring())
+        self.assertEqual(d.finding.kind, "stale-doorbell")
+        self.assertIn("# fabric_lead_ns: 1050000\n", d.excerpt)
+        cut = timeline.parse(d.excerpt, ring=ring())
+        self.assertNotIn(8, cut.writes)
+        self.assertEqual(cut.irqs[0].ts, tr.irqs[0].ts)
+        # The header is the guest's, like the rest: one that is no number is none.
+        bad = timeline.parse(d.excerpt.replace("lead_ns: 1050000", "lead_ns: -5x"), ring=ring())
+        self.assertEqual(bad.irqs[0].ts, 2_002_000 + 1_000_000)
+
+    def test_a_late_interrupt_after_the_lead_grew(self):
+        d = timeline.draw(skip_posting(readback=False), ring=ring())
+        self.assertEqual(d.finding.kind, "late-interrupt")
+        self.assertIn("its ioctl() returned 6.0 \u00b5s later", d.finding.text)
+        self.assertIn("reached the card 1660.6 \u00b5s after it was posted", d.finding.text)
+        # Placed by the lead CPU 1's mmiowb() showed: after the arrival, as
+        # the card raises its interrupt only while it is enabled.
+        self.assertIn("was handled on CPU 1 1707.0 \u00b5s after that return, 52.4 \u00b5s "
+                      "after it arrived", d.finding.text)
+        self.assertIn('class="mmiosim-irq late"', d.svg)
+        words = [s for s in d.words if "interrupt" in s or "returns" in s]
+        self.assertEqual(len(words), 2, d.words)
+        self.assertIn("returns on CPU 0 at +10.00 \u00b5s", words[0])
+        self.assertIn("handled on CPU 1 at +1717.00 \u00b5s", words[1])
+
+    def test_a_read_back_before_the_return_is_no_early_return(self):
+        """The read delivered the disable and skipped ahead: the call's
+        return, placed by that lead, comes after the arrival (on the lines'
+        timestamps alone it came 37 us before it)."""
+        d = timeline.draw(skip_posting(readback=True), ring=ring())
+        self.assertEqual(d.finding.kind, "disable", d.finding.text)
+        self.assertFalse(d.finding.failure)
+        self.assertIn("it reached the card 41.0 \u00b5s later", d.finding.text)
+        self.assertIn("returned 48.0 \u00b5s after the write was posted", d.finding.text)
+        self.assertNotIn("too late", d.svg)
+
+    def test_under_the_real_clock_nothing_moves(self):
+        """mmiosim.clock=real with the new fields: a fabric time up to 499 ns
+        past its line's timestamp is the timestamp's rounding, not a lead;
+        posted= is the post time, with no "a little earlier" about it."""
+        text, lead = skip_race(skip=False)
+        self.assertEqual(lead, 0)
+        tr = timeline.parse(text, ring=ring())
+        self.assertEqual(tr.irqs[0].ts, 2_016_000)
+        self.assertEqual(tr.spans[0].end, 2_012_500)
+        # CPU 1's post line recorded 3 us after the post (the fabric
+        # delivered earlier writes first): posted= says when it was.
+        text = text.replace(" 0.002000: mmiosim_post", " 0.002003: mmiosim_post")
+        self.assertEqual(timeline.parse(text, ring=ring()).writes[10].post, 2_000_000)
+        d = timeline.draw(text, ring=ring())
+        self.assertEqual(d.finding.kind, "stale-doorbell")
+        self.assertNotIn("or a little earlier", d.svg)
+        self.assertNotIn("fabric_lead_ns", d.excerpt)
+        # An older kernel's post (no posted=) is placed by its line, and said so.
+        old = re.sub(r" posted=\d+", "", text)
+        self.assertIn("or a little earlier", timeline.draw(old, ring=ring()).svg)
+
+
 def frame(n: int, text: str, cut: int = 0, end: bool = True) -> str:
     body = base64.encodebytes(gzip.compress(text.encode())).decode()
     if cut:

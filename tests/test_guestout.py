@@ -177,6 +177,19 @@ class WorstInputsTest(unittest.TestCase):
         self.assertEqual(recs[0].problem, "")
         self.assertTrue(timeline.draw(recs[0].text, ring=ring()).svg)
 
+    def test_a_header_of_digits_int_refuses_is_no_number(self):
+        # str.isdigit() takes "\u00b2", int() refuses it: the reader crashed.
+        with open(os.path.join(os.path.dirname(DATA), "traces", "posting-starter.txt.gz"),
+                  "rb") as f:
+            trace = zlib.decompress(f.read(), wbits=31)
+        ch = recording(["# card_irq: \u00b2\n# fabric_lead_ns: \u00b2\n".encode(), trace])
+        out = tempfile.mkdtemp(prefix="picture-", dir=BUILD)
+        self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+        pic = guestout.race_picture(ch, out, "posting", TREE.src)
+        self.assertEqual("early-return", timeline.draw(
+            timeline.recordings_in(ch)[0].text, ring=ring()).finding.kind)
+        self.assertIsNotNone(pic)
+
     def test_a_disable_that_never_arrived_gets_its_picture(self):
         # A posting wrong fix's run whose interrupt disable was still queued
         # when the trace ends: the report carries race.svg, race.html and the
@@ -216,6 +229,14 @@ def adversarial_outputs(rng):
     yield "recording, bomb", head + recording([b"\0" * (1 << 20)] * 1024), ""
     yield "recording, trace-like line", head + recording(
         [b"-1 [1] 1.1: mmiosim_post: " + b"a" * (1 << 20)] + [b"\n-" + b" " * 5000] * 200), ""
+    with open(os.path.join(os.path.dirname(DATA), "traces", "posting-starter.txt.gz"),
+              "rb") as f:
+        trace = zlib.decompress(f.read(), wbits=31)
+    post = b"  posttest-74 [000] d.... 9.000000: mmiosim_post: win=0 cpu=0 seq=9999 off=0x1c "
+    yield "recording, malformed event", head + recording(
+        [trace, post + b"val=0x1 t=zz"]), ""
+    yield "recording, time past u64", head + recording(
+        [trace, post + b"val=0x1 t=1 posted=" + b"9" * 400]), ""
     yield "recording never ends", head + "=== mmiolab record 1 begin ===\n" + "QUFB" * big, ""
     yield "binary", bytes(rng.randrange(256) for _ in range(big)).decode("latin-1"), \
         bytes(rng.randrange(256) for _ in range(big)).decode("latin-1")
@@ -298,6 +319,16 @@ class FabricSettingsTest(unittest.TestCase):
                                (" seed=1 ", " seed=9 ", "seed 1 -> 9")):
             with self.subTest(now):
                 self.assertEqual(self.changed(fabric(("", "")), fabric((was, now))), said)
+
+    def test_a_change_of_clock_is_named(self):
+        """The fabric's clock (mmiosim.clock, on a kernel that has it): a
+        change during the run is flagged like any other."""
+        begin = BEGIN + " clock=skip changes=0"
+
+        def after(clock):
+            return fabric(("", "")) + f" clock={clock} changes=0"
+        self.assertEqual(guestout.fabric_changed([begin, after("skip")]), "")
+        self.assertEqual(guestout.fabric_changed([begin, after("real")]), "clock skip -> real")
 
     def test_a_change_undone_is_counted(self):
         """The kernel counts every change of the settings (changes=N); the

@@ -52,6 +52,44 @@ def recordings():
     return out
 
 
+def as_skip_clock(text, start_ns=1_000_000, step_ns=50_000):
+    """A recording as a kernel with mmiosim.clock=skip would print the same
+    run, and the lead at each of its lines: the lead starts at start_ns and
+    grows by step_ns at each mmiowb() and read (where a CPU would have waited);
+    the fabric's times (t=, and the new posted=) are the recorded ones plus
+    the lead when they were taken (a drain time: at its post), the lines'
+    timestamps are kept. Returns (text, {line number: lead}, {line number:
+    the lead at the last wait up to it, 0 before the first})."""
+    tr = timeline.parse(text, ring=ring())
+    by_line = {ev.lineno: ev for ev in tr.events}
+    at_post: dict[int, int] = {}            # seq -> the lead when it was posted
+    leads: dict[int, int] = {}
+    waited: dict[int, int] = {}
+    last_wait = 0
+    lead = start_ns
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# fabric:"):
+            line = re.sub(r"( changes=\d+)?$", r" clock=skip\1", line, count=1)
+        ev = by_line.get(n)
+        f = ev.fields if ev else {}
+        if ev and ev.name in ("mmiowb", "read"):
+            lead += step_ns
+            last_wait = lead
+            line += f" t={ev.ts_ns - int(f['wait' if ev.name == 'mmiowb' else 'cost']) + lead}"
+        elif ev and ev.name in ("post", "drain", "arrive"):
+            w = tr.writes[int(f["seq"])]
+            if ev.name == "post":
+                at_post[w.seq] = lead
+            shift = at_post.get(w.seq, lead) if ev.name == "drain" else lead
+            line = line.replace(f" t={f['t']}", f" t={int(f['t']) + shift}", 1)
+            if ev.name != "drain" and w.post is not None:
+                line += f" posted={w.post + at_post.get(w.seq, lead)}"
+        leads[n], waited[n] = lead, last_wait
+        out.append(line)
+    return "\n".join(out) + "\n", leads, waited
+
+
 class RacePictureTest(unittest.TestCase):
 
     @classmethod
@@ -183,6 +221,19 @@ class RacePictureTest(unittest.TestCase):
             said = "Found" if d.finding.failure else "Shows"
             self.assertIn(f"<b>{said}:</b> {d.finding.text}", page.replace("&#x27;", "'"))
 
+    def test_skip_clock_runs_lay_out_cleanly(self):
+        # A stale doorbell and an early return, re-timed as under
+        # mmiosim.clock=skip (as_skip_clock): the interrupts and returns,
+        # moved by the lead, stay among the writes they happened between.
+        for name in ("doorbell-starter", "posting-mmiowb-alone"):
+            d = timeline.draw(as_skip_clock(recordings()[name])[0], title=f"{name} (skip)",
+                              ring=ring())
+            self.assertEqual(d.warnings, [], name)
+            path = os.path.join(OUT, f"{name}-skip.html")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(timeline.html_page(d, name))
+            self._check_layout(path, f"{name}-skip")
+
     def test_docs_figures_lay_out_cleanly(self):
         # The recorded figures, drawn as Documentation/sphinx/tracefig.py draws
         # them (960 px, scaled to the column), and the hand-drawn ones.
@@ -200,6 +251,40 @@ class RacePictureTest(unittest.TestCase):
         for fig in sorted(glob.glob(os.path.join(FIGURES, "*.svg"))):
             self._check_layout(fig, os.path.basename(fig), page=False)
 
+
+
+class SkipClockTest(unittest.TestCase):
+    """Every stored recording, re-timed as under mmiosim.clock=skip (the
+    fabric's clock ahead of the lines' timestamps by a lead that grows
+    during the run), is the same run on the fabric's clock: each write,
+    wait and kernel event moved by the lead at its line, and the same
+    finding. Needs no browser."""
+
+    def test_recordings_under_a_growing_lead(self):
+        for name, text in {**recordings(), **{
+                os.path.basename(p): open(p, encoding="utf-8").read()
+                for p in sorted(glob.glob(os.path.join(FIGURES, "*-trace.txt")))}}.items():
+            with self.subTest(name):
+                skip, leads, waited = as_skip_clock(text)
+                was, now = timeline.parse(text, ring=ring()), timeline.parse(skip, ring=ring())
+                for seq, w in was.writes.items():
+                    if w.post is not None:
+                        self.assertEqual(now.writes[seq].post - w.post, leads[min(w.lines)])
+                for a, b in zip(was.spans, now.spans):
+                    self.assertEqual((b.start - a.start, b.end - a.end),
+                                     (leads[a.lineno], leads[a.lineno]))
+                # Placed by the lead seen so far: never past the lead at the
+                # line (but for the timestamps' rounding), and at least the
+                # lead an mmiowb() or a read before it showed (exactly: its
+                # end is t= plus its wait); a post or an arrival recorded
+                # after it happened shows a little less.
+                for a, b in zip(was.irqs + was.returns, now.irqs + now.returns):
+                    self.assertLessEqual(waited[a.lineno], b.ts - a.ts, a)
+                    self.assertLessEqual(b.ts - a.ts, leads[a.lineno] + timeline.ROUNDING_NS, a)
+                d, e = timeline.draw(text, ring=ring()), timeline.draw(skip, ring=ring())
+                self.assertEqual((e.finding.kind, sorted(e.finding.marked), e.summary,
+                                  e.warnings), (d.finding.kind, sorted(d.finding.marked),
+                                                d.summary, d.warnings))
 
 
 class AxisTest(unittest.TestCase):

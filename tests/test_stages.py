@@ -692,6 +692,15 @@ class ScoreStageTest(StageCase):
                             for t in r.tests))
         self.assertEqual((r.replay.seeds, r.replay.profile), ([4, 5], "sn2"))
 
+    def test_a_replay_keeps_the_fabrics_clock(self):
+        info = ("lab=doorbell module=ringdrv cpus=2 seeds=1 profile=sn2 route_ns=800,4000 "
+                "stall_ppm=0 seed=1 locking=2004 clock=skip changes=0")
+        rep = stages.replay(self.spec, [1], None, info)
+        self.assertEqual((rep.profile, rep.semantics, rep.params),
+                         ("sn2", "2004", {"route_ns": "800,4000", "stall_ppm": "0",
+                                          "clock": "skip"}))
+        self.assertIn("clock=skip", rep.describe())
+
 
 class WriteStageTest(StageCase):
     def result(self) -> model.GradeResult:

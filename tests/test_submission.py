@@ -659,6 +659,8 @@ class LabSpecTest(unittest.TestCase):
         self.assertEqual(spec.limits.build_timeout, 120.0)
         self.assertEqual(spec.fabric["route_ns"], 400)
         self.assertEqual(spec.fabric["locking"], "5.2")
+        skip = self._load(GOOD_TOML.replace('locking = "5.2"\n', 'locking = "5.2"\nclock = "skip"\n'))
+        self.assertEqual(skip.fabric["clock"], "skip")
         # the phrases keep lab.toml's order; the rows' fabric is boot words
         self.assertEqual(list(spec.phrases), ["lost", "late_irqs"])
         self.assertEqual([(r.variant, r.append) for r in spec.labstats],
@@ -690,6 +692,9 @@ class LabSpecTest(unittest.TestCase):
             "bad seeds": ('default_seeds = [7]', 'default_seeds = []', "default_seeds"),
             "bad profile": ("profile = \"pc\"", 'profile = "alpha"', "fabric.profile"),
             "bad locking": ('locking = "5.2"', 'locking = 5.2', "fabric.locking"),
+            "bad clock": ('locking = "5.2"', 'locking = "5.2"\nclock = "fast"',
+                          "fabric.clock: must be one of real, skip, got 'fast'"),
+            "bad row clock": ('{ profile = "qemu" }', '{ clock = true }', "labstats[0].fabric.clock"),
             "old semantics key": ('locking = "5.2"', 'semantics = "5.2"',
                                   "fabric.semantics: is now called locking"),
             "phrase without {}": ('"{} commands lost"', '"commands lost"', "phrases.lost"),

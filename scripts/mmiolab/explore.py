@@ -166,7 +166,8 @@ Tracing
                                    RECORD_KB=4096 record ... keeps more of a long run
   By hand (the events are enabled, tracing is off): echo 1 > /sys/kernel/tracing/tracing_on,
   run something, echo 0 > /sys/kernel/tracing/tracing_on, cat /sys/kernel/tracing/trace
-  (echo mono > /sys/kernel/tracing/trace_clock first puts the lines on the fabric's clock).
+  (echo mono > /sys/kernel/tracing/trace_clock first puts the lines on the fabric's clock;
+  under clock=skip the events' t= run ahead of it, by as long as the fabric skipped).
 
 Leaving, and the picture
   exit (or Ctrl-A X, or poweroff) leaves the VM. On the host:

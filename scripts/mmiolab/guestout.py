@@ -38,7 +38,7 @@ MODEL_STORE = "is in the fabric's model, read-only after boot"
 # (patches/0014: ringdev_die()).
 COUNTERS_STORE = "is in the ring card's counters, read-only after boot"
 FABRIC_SETTINGS = ("profile", "locking", "route_ns", "jitter_ns", "bridge_ns", "read_ns",
-                   "stall_ns", "stall_ppm")
+                   "stall_ns", "stall_ppm", "clock")
 
 
 @dataclass
@@ -130,7 +130,11 @@ def race_picture(channel: str, out_dir: str, title: str, kernel_src: str) -> Pic
     recs = [r for r in timeline.recordings_in(channel) if r.text]
     if not recs:
         return None
-    d = timeline.draw(recs[0].text, title=title, ring=timeline.ring(kernel_src))
+    card = timeline.ring(kernel_src)
+    try:
+        d = timeline.draw(recs[0].text, title=title, ring=card)
+    except timeline.TraceError:         # a malformed event: no picture, and no verdict
+        return None
     if not d.svg:
         return None
     model.atomic_write(os.path.join(out_dir, "race.svg"), d.svg)

@@ -43,6 +43,9 @@ Schema (``schema = 1``)::
                                           # in the kernel's names (mmiosim.NAME=VALUE)
     profile   = "sn2"                     # qemu | pc | sn2
     locking   = "2004"                    # 2004 | 5.2
+    clock     = "skip"                    # optional: real (the default) | skip: the
+                                          # fabric's clock jumps ahead where a CPU would
+                                          # spin waiting for it (same order, less CPU)
     # any further key = number/string/bool: a boot parameter of the fabric
 
     [phrases]                             # optional: the harness's key=value measurements
@@ -118,6 +121,7 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SOURCES = ("ktap", "host", "hidden", "derived")
 PROFILES = ("qemu", "pc", "sn2")
 LOCKINGS = ("2004", "5.2")
+CLOCKS = ("real", "skip")
 BUILD_FILES = ("Makefile", "makefile", "GNUmakefile", "Kbuild")
 
 _TEST_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -569,6 +573,8 @@ def _fabric(v: _Validator, table: Any, where: str = "fabric") -> dict[str, Any]:
     if "locking" in out and out["locking"] not in LOCKINGS:
         v.fail(f"{where}.locking",
                f"must be one of {', '.join(LOCKINGS)} (as a string), got {out['locking']!r}")
+    if "clock" in out and out["clock"] not in CLOCKS:
+        v.fail(f"{where}.clock", f"must be one of {', '.join(CLOCKS)}, got {out['clock']!r}")
     return out
 
 

@@ -483,8 +483,10 @@ def host_outcome(spec: LabSpec, name: str, ok: bool, output: str,
 
 # Of the fabric's params line (its debugfs params file, which the harness
 # prints), what a replay records besides profile and locking: the kernel's
-# names, the same for every lab (the seed is recorded apart).
-REPLAY_PARAMS = ("route_ns", "jitter_ns", "bridge_ns", "read_ns", "stall_ns", "stall_ppm")
+# names, the same for every lab (the seed is recorded apart), clock (real
+# or skip: how the guest waits for the fabric) included.
+REPLAY_PARAMS = ("route_ns", "jitter_ns", "bridge_ns", "read_ns", "stall_ns", "stall_ppm",
+                 "clock")
 
 
 def replay(spec: LabSpec, seeds: list[int], parsed: ktap.ParseResult | None,

@@ -10,19 +10,29 @@ reports. Standard library only.
 The events (include/trace/events/mmiosim.h of the patched tree), as
 /sys/kernel/tracing/trace prints them::
 
-    ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280075153
+    ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280075153 posted=1280073020
     <idle>-0    [000] d.h.. 1.280079: mmiosim_drain: cpu=1 seq=6 t=1280075153 overtaken
-    <idle>-0    [000] d.h.. 1.280080: mmiosim_arrive: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280076170
-    ringtest-54 [000] ..... 1.280090: mmiosim_mmiowb: cpu=0 wait=4210
-    ringtest-54 [000] ..... 1.280120: mmiosim_read: win=0 cpu=0 off=0x20 val=0x6 cost=23100
+    <idle>-0    [000] d.h.. 1.280080: mmiosim_arrive: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280076170 posted=1280073020
+    ringtest-54 [000] ..... 1.280090: mmiosim_mmiowb: cpu=0 wait=4210 t=1280085390
+    ringtest-54 [000] ..... 1.280120: mmiosim_read: win=0 cpu=0 off=0x20 val=0x6 cost=23100 t=1280096610
 
-t= is the fabric's clock (the kernel's monotonic clock) in ns: for post, the
-time the write will leave its CPU's queue; for drain, the time it entered
-the bridge; for arrive, the time the device got it. The line's own
-timestamp (seconds, microsecond resolution) is when the event was recorded;
-with trace_clock "mono" it is on the same clock as t=, which gives the time
-a write was posted, and the end of a read or an mmiowb() (their start is
-that minus cost= or wait=).
+t= and posted= are the fabric's clock, in ns: for post, t= is the time the
+write will leave its CPU's queue; for drain, the time it entered the bridge;
+for arrive, the time the device got it; posted= (post and arrive) is when
+the write was posted; for mmiowb and read, t= is when the wait began (it
+ended wait= or cost= later). The line's own timestamp (seconds, rounded to
+the microsecond) is when the event was recorded, with trace_clock "mono" on
+the kernel's monotonic clock.
+
+The fabric's clock is that clock (mmiosim.clock=real, the default), or runs
+ahead of it (mmiosim.clock=skip: a CPU that would wait for the fabric raises
+a lead that only grows, instead of spinning), so the lines' timestamps are
+read on the fabric's clock only where the trace gives no fabric time.
+Events of an older kernel have no posted=, and no t= on mmiowb and read:
+there the clock was the monotonic one, and a write's post, the end of a read
+or an mmiowb() are the line's timestamp (see model()). The kernel's own
+events below have only their line's timestamp: model() puts them on the
+fabric's clock by the lead the fabric's events before them show.
 
 Two of the kernel's own events complete the picture of an interrupt that
 comes too late: ``irq:irq_handler_entry`` (``irq=25 name=postdrv``: a
@@ -34,8 +44,10 @@ are read from the kernel's include/linux/mmiosim_ring.h (ring(src)).
 A recorded file may start with "# key: value" header lines (written by the
 guest's ``record`` helper and by scripts/trace-timeline): ``fabric`` (the
 line of /sys/kernel/debug/mmiosim/params), ``card_irq`` (the card's
-interrupt number), ``trace_clock`` and others. ftrace's own "#" lines are
-read for one thing: whether the buffer overflowed.
+interrupt number), ``trace_clock``, ``fabric_lead_ns`` (an excerpt's: the
+lead its trace showed before the excerpt's first line) and others.
+ftrace's own "#" lines are read for one thing: whether the buffer
+overflowed.
 """
 
 from __future__ import annotations
@@ -147,6 +159,9 @@ class Event:
     flags: set[str]
     pid: int = -1
     cpu: int = -1           # the CPU that recorded the line
+    # ns: ts_ns on the fabric's clock: plus the lead the events up to it
+    # showed (model(): the same as ts_ns under mmiosim.clock=real)
+    at_ns: int = 0
 
 
 @dataclass
@@ -157,7 +172,9 @@ class Write:
     off: int
     val: int
     post: int | None = None         # ns: when it was posted (see model())
-    post_ts: int | None = None      # ns: the post line's own timestamp
+    # ns: the post line's own timestamp (on the fabric's clock: its at_ns),
+    # when the event does not say when the write was posted (no posted=)
+    post_ts: int | None = None
     drain: int | None = None        # ns (t= of the drain event)
     arrive: int | None = None       # ns (t= of the arrive event)
     overtaken: bool = False         # entered the bridge behind a later-posted write
@@ -199,7 +216,7 @@ class Write:
 class Span:
     kind: str               # "mmiowb" or "read"
     cpu: int
-    start: int
+    start: int              # ns, on the fabric's clock (see model())
     end: int
     detail: str
     lineno: int
@@ -209,7 +226,7 @@ class Span:
 class Irq:
     """An interrupt handler started (irq:irq_handler_entry)."""
     cpu: int
-    ts: int
+    ts: int                 # ns, on the fabric's clock: its line's at_ns
     irq: int
     name: str
     lineno: int
@@ -220,7 +237,7 @@ class Irq:
 class Return:
     """A system call returned to user space (raw_syscalls:sys_exit)."""
     cpu: int
-    ts: int
+    ts: int                 # ns, on the fabric's clock: its line's at_ns
     pid: int
     task: str
     nr: int
@@ -254,7 +271,8 @@ class Trace:
     @property
     def card_irq(self) -> int | None:
         v = self.header.get("card_irq", "")
-        return int(v) if v.isdigit() else None
+        # (isdigit() alone takes "\u00b2", which int() does not)
+        return int(v) if v.isascii() and v.isdigit() else None
 
 
 def _num(s: str) -> int:
@@ -343,23 +361,84 @@ def fabric_param(params: str, name: str, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
+#: A line's timestamp is when the event was recorded, rounded to the
+#: microsecond (ns2usecs() in kernel/trace/trace.c adds 500 ns, then divides),
+#: so under mmiosim.clock=real a fabric time can be up to this much past it.
+ROUNDING_NS = 499
+
+
+#: The kernel prints the fabric's times as u64: a larger one is no time.
+U64 = 1 << 64
+
+
+def _fabric_now(ev: Event) -> int | None:
+    """A time on the fabric's clock that the event was recorded at or after
+    (ns), or None when it gives none: the post's posted=, the arrival's t=,
+    the end of an mmiowb() or a read (t= plus wait= or cost=, a kernel's
+    that says t=). ValueError for one past what the kernel prints: the lead
+    taken from it would move every later event out of reach."""
+    f = ev.fields
+    if ev.name == "post" and "posted" in f:
+        now = _num(f["posted"])
+    elif ev.name == "arrive" and "t" in f:
+        now = _num(f["t"])
+    elif ev.name in ("mmiowb", "read") and "t" in f:
+        now = _num(f["t"]) + _num(f["wait" if ev.name == "mmiowb" else "cost"])
+    else:
+        return None
+    if not 0 <= now < U64:
+        raise ValueError("a time past the largest the kernel prints (u64)")
+    return now
+
+
+def fabric_clock(params: str) -> str:
+    """The fabric's clock from a line of /sys/kernel/debug/mmiosim/params:
+    "real" or "skip" (mmiosim.clock; "real" where the line has no clock=,
+    as an older kernel's, which had no other)."""
+    m = re.search(r"\bclock=(\w+)", params)
+    return m.group(1) if m else "real"
+
+
 def model(header: dict[str, str], events: list[Event], route_ns: list[int] | None = None,
           *, ring: Ring) -> Trace:
-    """Writes, reads, mmiowb() waits, interrupts and returns from the events.
+    """Writes, reads, mmiowb() waits, interrupts and returns from the events,
+    on the fabric's clock.
 
-    When a write is posted, the fabric first brings its model up to date,
-    which may deliver earlier writes to the device and take a while; the
-    post event is recorded after that, so its timestamp can be later than
-    the moment the write was posted. The post's t= (when the write leaves
-    its CPU's queue) is at least that moment plus the CPU's route latency,
-    so a write's post time is taken as the earlier of the line's timestamp
-    and t= minus the route latency.
+    A write's post time is the post's posted=. An older kernel's post has
+    none: when a write is posted, the fabric first brings its model up to
+    date, which may deliver earlier writes to the device and take a while;
+    the post event is recorded after that, so its timestamp can be later
+    than the moment the write was posted. The post's t= (when the write
+    leaves its CPU's queue) is at least that moment plus the CPU's route
+    latency, so a write's post time is then taken as the earlier of the
+    line's timestamp and t= minus the route latency. An mmiowb() or a read
+    spans t= to t= plus its wait or cost; an older kernel's ends at its
+    line's timestamp.
+
+    The kernel's own events (an interrupt, a return) have only their line's
+    timestamp. Under mmiosim.clock=skip the fabric's clock runs ahead of it
+    by a lead that only grows: each is placed at its timestamp plus the
+    lead the fabric's events up to it in the file showed, the largest
+    (fabric time - line timestamp) of them (_fabric_now(); the header's
+    fabric_lead_ns for what came before an excerpt). What it misses: the
+    lead raised since the last fabric event before it (a skip on another
+    CPU, or on the recording CPU after its last fabric event), so such an
+    event can be drawn too early by that much; and the timestamps' rounding
+    (ROUNDING_NS either way). A trace whose fabric header does not say
+    clock=skip (clock=real, an older kernel's, none) takes ROUNDING_NS off
+    each (fabric time - line timestamp): under mmiosim.clock=real that is
+    never above 0, so nothing moves, and under skip the lead comes out at
+    most ROUNDING_NS short. Every line's time on that clock is its
+    Event.at_ns.
     """
     route_ns = route_ns or [0]
     writes: dict[int, Write] = {}
     spans: list[Span] = []
     irqs: list[Irq] = []
     returns: list[Return] = []
+    given = header.get("fabric_lead_ns", "")
+    lead = int(given) if re.fullmatch(r"[0-9]{1,20}", given) and int(given) < U64 else 0
+    rounding = 0 if fabric_clock(header.get("fabric", "")) == "skip" else ROUNDING_NS
 
     def write_of(ev: Event, f: dict[str, str]) -> Write:
         seq = _num(f["seq"])
@@ -375,10 +454,17 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
     for ev in events:
         f = ev.fields
         try:
+            now = _fabric_now(ev)
+            if now is not None:
+                lead = max(lead, now - ev.ts_ns - rounding)
+            ev.at_ns = ev.ts_ns + lead
             if ev.name == "post":
                 w = write_of(ev, f)
-                w.post_ts = ev.ts_ns
-                w.post = min(ev.ts_ns, _num(f["t"]) - route_ns[w.cpu % len(route_ns)])
+                if "posted" in f:
+                    w.post = _num(f["posted"])
+                else:
+                    w.post_ts = ev.at_ns
+                    w.post = min(ev.at_ns, _num(f["t"]) - route_ns[w.cpu % len(route_ns)])
                 w.pid, w.task = ev.pid, ev.task
             elif ev.name == "drain":
                 w = write_of(ev, f)
@@ -388,18 +474,20 @@ def model(header: dict[str, str], events: list[Event], route_ns: list[int] | Non
                 write_of(ev, f).arrive = _num(f["t"])
             elif ev.name == "mmiowb":
                 wait = _num(f["wait"])
-                spans.append(Span("mmiowb", _num(f["cpu"]), ev.ts_ns - wait, ev.ts_ns,
+                end = ev.ts_ns if now is None else now
+                spans.append(Span("mmiowb", _num(f["cpu"]), end - wait, end,
                                   f"mmiowb() waited {wait} ns", ev.lineno))
             elif ev.name == "read":
                 cost = _num(f["cost"])
                 off = _num(f["off"])
-                spans.append(Span("read", _num(f["cpu"]), ev.ts_ns - cost, ev.ts_ns,
+                end = ev.ts_ns if now is None else now
+                spans.append(Span("read", _num(f["cpu"]), end - cost, end,
                                   f"readl({ring.name(off)}) took {cost} ns",
                                   ev.lineno))
             elif ev.name == "irq_handler_entry":
-                irqs.append(Irq(ev.cpu, ev.ts_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
+                irqs.append(Irq(ev.cpu, ev.at_ns, _num(f["irq"]), f.get("name", ""), ev.lineno))
             elif ev.name == "sys_exit":
-                returns.append(Return(ev.cpu, ev.ts_ns, ev.pid, ev.task, int(f["nr"]),
+                returns.append(Return(ev.cpu, ev.at_ns, ev.pid, ev.task, int(f["nr"]),
                                       int(f["ret"]), ev.lineno))
         except (KeyError, ValueError) as e:
             raise TraceError(f"line {ev.lineno}: malformed {ev.name} event ({e})")
@@ -424,7 +512,8 @@ def _mark_late(tr: Trace) -> None:
     has returned, and before the next write to INT_ENABLE, is late: the
     caller was told the card was quiet. (The posting lab's test counts the
     same interrupts, as the card's line of /proc/interrupts moving after
-    STOP returned.)
+    STOP returned.) "After" is by the lines' order, the order they were
+    recorded in, which no lead of the fabric's clock changes.
     """
     irq = tr.card_irq
     if not tr.returns:
@@ -764,8 +853,9 @@ def drawn(tr: Trace) -> list[Write]:
 
 
 def trace_end(tr: Trace) -> int:
-    """The time of the trace's last event, in ns (its line's timestamp)."""
-    return max((ev.ts_ns for ev in tr.events), default=0)
+    """The time of the trace's last event, in ns (its line's timestamp, on the
+    fabric's clock: Event.at_ns)."""
+    return max((ev.at_ns for ev in tr.events), default=0)
 
 
 def focus(tr: Trace, marked: Marked) -> Trace:
@@ -878,6 +968,11 @@ def draw(text: str, title: str = "", width: int = 960, ident: str = "tl",
     head["summary"] = summary
     keep = finding.lines
     head["excerpt"] = f"lines {keep[0]}-{keep[-1]} of {len(lines)} ({len(keep)} events)"
+    # The lead of the fabric's clock the lines cut before the excerpt showed
+    # (mmiosim.clock=skip; model()), for the excerpt's own events.
+    lead = next((ev.at_ns - ev.ts_ns for ev in tr.events if ev.lineno == keep[0]), 0)
+    if lead > 0:
+        head["fabric_lead_ns"] = str(lead)
     left_out = sum(keep[0] <= ev.lineno <= keep[-1] for ev in tr.events) - len(keep)
     if left_out:
         head["excerpt"] += (f"; {left_out} events in between left out (the writes farthest "
@@ -1604,7 +1699,8 @@ def _draw_writes(g: ET.Element, L: _Layout, arrow: Callable[[str], str], doorbel
         classes = "mmiosim-write" + (" doorbell" if is_db else "") + \
             (" overtaken" if w.overtaken else "") + (" stale" if w.stale else "") + \
             (" marked" if mark else "") + (" folded" if qg or bg else "")
-        post_ts = w.posted if w.post_ts is None else w.post_ts     # set with post: never None
+        # A post time taken from the line (no posted=) may be a little late.
+        post_ts = w.posted if w.post_ts is None else w.post_ts
         late = post_ts - w.posted > 1000
         going = L.going.get(w.seq)
         ends = f"where the trace shown ends (+{(w.arrived - L.t0) / 1000:.2f} \u00b5s)"

@@ -37,6 +37,15 @@
  * over with no such flush (a driver that waits for the card before ringing
  * again, or a race) is unordered. The wait of each ordering flush is the
  * fabric's own: mmiowb()'s wait for the queue to drain, a read's round trip.
+ *
+ * When a flush began is compared with a drain time, the post's t=, which is
+ * on the fabric's clock. A kernel whose mmiowb and read events carry t=
+ * (when the wait began, on that clock) is read by it. An older kernel's
+ * events have no t=: the flush began at the line's timestamp less its wait,
+ * which is on the fabric's clock only while that clock is the hrtimer's
+ * (mmiosim.clock=real, all such kernels had). Under mmiosim.clock=skip the
+ * fabric's clock runs ahead of the line's timestamp by a lead that grows
+ * during a run, so there t= is the only right answer.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -99,13 +108,18 @@ static void posted(struct tally *t, unsigned int cpu, unsigned long off,
 	c->drain = drain;
 }
 
-/* An mmiowb() or a read on CPU cpu that ended at ts after waiting wait ns. */
+/*
+ * An mmiowb() or a read on CPU cpu that waited wait ns: it began at start on
+ * the fabric's clock (the event's t=) if has_start, else it ended at the
+ * line's timestamp ts.
+ */
 static void flushed(struct tally *t, unsigned int cpu, enum fate kind,
-		    unsigned long long ts, unsigned long long wait)
+		    unsigned long long ts, unsigned long long wait,
+		    int has_start, unsigned long long start)
 {
 	struct cpu_state *c = &t->cpu[cpu];
 	/* ts is the trace's, to the microsecond: the flush began no earlier. */
-	long long began = (long long)ts - (long long)wait;
+	long long began = has_start ? (long long)start : (long long)ts - (long long)wait;
 
 	if (c->pending && (c->last_is_doorbell || (long long)c->drain > began)) {
 		close_burst(t, cpu, kind, wait);
@@ -119,15 +133,18 @@ static void flushed(struct tally *t, unsigned int cpu, enum fate kind,
 
 /*
  * One line of the trace, e.g.
- *   ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280075153
+ *   ringtest-55 [001] d.... 1.280073: mmiosim_post: win=0 cpu=1 seq=6 off=0x1c val=0x6 t=1280075153 posted=1280073020
+ *   ringtest-55 [001] d.... 1.280075: mmiosim_mmiowb: cpu=1 wait=2133 t=1280073020
+ * (an older kernel's: no posted=, and no t= on mmiowb and read).
  * Returns 0 for a line that is not one of the events read here.
  */
 static int trace_line(struct tally *t, const char *line)
 {
 	const char *ev = strstr(line, ": mmiosim_"), *p;
 	unsigned long sec, usec, off;
-	unsigned long long ts, val, seq, v;
+	unsigned long long ts, val, seq, v, start = 0;
 	unsigned int cpu, win;
+	int n;
 
 	if (!ev)
 		return 0;
@@ -142,15 +159,16 @@ static int trace_line(struct tally *t, const char *line)
 		if (cpu >= MAX_CPUS)
 			return 0;
 		posted(t, cpu, off, val);
-	} else if (sscanf(ev, "mmiosim_mmiowb: cpu=%u wait=%llu", &cpu, &val) == 2) {
+	} else if ((n = sscanf(ev, "mmiosim_mmiowb: cpu=%u wait=%llu t=%llu",
+			      &cpu, &val, &start)) >= 2) {
 		if (cpu >= MAX_CPUS)
 			return 0;
-		flushed(t, cpu, MMIOWB, ts, val);
-	} else if (sscanf(ev, "mmiosim_read: win=%u cpu=%u off=%lx val=%llx cost=%llu",
-			  &win, &cpu, &off, &v, &val) == 5) {
+		flushed(t, cpu, MMIOWB, ts, val, n == 3, start);
+	} else if ((n = sscanf(ev, "mmiosim_read: win=%u cpu=%u off=%lx val=%llx cost=%llu t=%llu",
+			       &win, &cpu, &off, &v, &val, &start)) >= 5) {
 		if (cpu >= MAX_CPUS)
 			return 0;
-		flushed(t, cpu, READ, ts, val);
+		flushed(t, cpu, READ, ts, val, n == 6, start);
 	} else {
 		return 0;
 	}

@@ -16,8 +16,9 @@ scripts/mmiolab/timeline.py's, as for the students' pictures:
 The starter does not lose the race in every short run, so its test is run
 again (recorded afresh, up to --tries times in the same boot) until it fails;
 the excerpt says which attempt it was. record sets trace_clock "mono", the
-clock of the events' t= fields, so that a line's timestamp is the time a
-write was posted on the same scale. The full traces stay in
+clock of the events' t= fields under mmiosim.clock=real, so that a line's
+timestamp is on the same scale (under clock=skip they run ahead of it:
+timeline.model() says how the lines are placed). The full traces stay in
 build/trace-timeline/NAME/trace.txt.
 
   /usr/bin/python3 scripts/trace-timeline [--only NAME ...] [--out DIR] [--cmds N]
@@ -143,9 +144,10 @@ def excerpt(name: str, source: str, want: str, trace: str,
 
 
 # What the docs' excerpts keep of the recording's header (the rest is the
-# student's: the command's output, the card's counters, the modules loaded).
+# student's: the command's output, the card's counters, the modules loaded;
+# fabric_lead_ns, under mmiosim.clock=skip, places the excerpt's interrupts).
 DOCS_KEYS = ("mmiolab", "recorded_by", "date", "driver", "command", "kernel", "cpus", "accel",
-             "fabric", "trace_clock", "result", "attempt", "shows", "excerpt")
+             "fabric", "trace_clock", "result", "attempt", "shows", "excerpt", "fabric_lead_ns")
 
 
 def docs_excerpt(d: timeline.Drawing) -> str:
