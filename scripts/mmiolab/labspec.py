@@ -45,7 +45,7 @@ Schema (``schema = 1``)::
     locking   = "2004"                    # 2004 | 5.2
     clock     = "skip"                    # optional: real (the default) | skip: the
                                           # fabric's clock jumps ahead where a CPU would
-                                          # spin waiting for it (same order, less CPU)
+                                          # spin waiting for it (patches/0017; less CPU)
     # any further key = number/string/bool: a boot parameter of the fabric
 
     [phrases]                             # optional: the harness's key=value measurements
