@@ -275,6 +275,26 @@ class ProtocolTest(unittest.TestCase):
                     if "fail-insmod" in flags:
                         self.assertIn("Invalid parameters", channel, "insmod's error is shown")
 
+    def test_the_first_failing_trace_is_sent_unless_a_batch_says_never(self):
+        """The grader's harness sends the first failing race run's trace
+        (RECORD_SEND=fail, then never); labtest's batches (TRACE_SEND=never)
+        trace the runs the same way and send none."""
+        spec = load_lab("doorbell")
+        path = os.path.join(spec.dir, "tests", "harness.sh")
+        for env, want in (({}, ["fail", "never", "never"]),
+                          ({"TRACE_SEND": "never"}, ["never"] * 3)):
+            with self.subTest(env=env):
+                g = FakeGuest(spec.module, ["ringtest", "ordercost"], ("fail-test",))
+                self.addCleanup(g.close)
+                g.write("job/nonce", ktap.make_nonce() + "\n")
+                with open(path) as f:
+                    g.run(f.read(), {"SEEDS": "3 5 7", "CMDS": "100", **env})
+                # Each "record" line of the fakes' log is followed by its
+                # environment: the RECORD_SEND it ran with.
+                seen = g.read("seen").split("\nrecord ")[1:]
+                sends = [re.search(r"^RECORD_SEND=(\w+)$", r, re.M).group(1) for r in seen]
+                self.assertEqual(sends, want, g.read("seen"))
+
     def test_labstats_batch_ends_every_variant_even_one_killed(self):
         spec = load_lab("doorbell")
         g = FakeGuest(spec.module, [n[:-2] for n in os.listdir(os.path.join(spec.dir, "tests"))
@@ -327,8 +347,8 @@ class ProtocolTest(unittest.TestCase):
 
     def test_batch_environment_is_quoted_and_checked(self):
         cmd = labtest.batch_command("ringdrv", 1, [1], 100, 60, {"RACE_ONLY": "a b;c"})
-        self.assertIn("CMDS=100 RACE_ONLY='a b;c' timeout", cmd)
-        for bad in ("SEEDS", "CMDS", "lower", "A=B", ""):
+        self.assertIn("CMDS=100 TRACE_SEND=never RACE_ONLY='a b;c' timeout", cmd)
+        for bad in ("SEEDS", "CMDS", "TRACE_SEND", "lower", "A=B", ""):
             with self.subTest(name=bad), self.assertRaises(ValueError):
                 labtest.batch_command("ringdrv", 1, [1], 100, 60, {bad: "1"})
 

@@ -214,12 +214,14 @@ def batch_command(module: str, count: int, seeds: list[int], cmds: int, timeout:
     from the harness library (vm/harness-lib.sh), sourced in a subshell, which
     tags its end line with the nonce in /job/nonce: a variant's harness prints
     its own, but one killed for outlasting its time cannot, so the loop prints
-    it again after each. `env` goes to every harness, after SEEDS and CMDS."""
+    it again after each. `env` goes to every harness, after SEEDS and CMDS.
+    No trace is sent (TRACE_SEND=never, vm/harness-lib.sh): a batch counts
+    failures and draws no picture of them."""
     end = f"( . {HARNESS_LIB} )"
     seed_list = " ".join(str(int(s)) for s in seeds)
-    extra = ""
+    extra = "TRACE_SEND=never "
     for name, value in (env or {}).items():
-        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or name in ("SEEDS", "CMDS"):
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or name in ("SEEDS", "CMDS", "TRACE_SEND"):
             raise ValueError(f"not a harness variable run_variants may set: {name!r}")
         extra += f"{name}={shlex.quote(value)} "
     # Each variant gets the time one run of its own would: one that outlasts
