@@ -15,7 +15,7 @@ per_seed 1 teardown_far_cpu teardown
 
 seed_fabric "$first_seed"
 if load; then
-	check /job/posttest -k 2 -N teardown_long -n $((cycles * 4)) -s "$first_seed" -c 1 && unload
+	check /job/posttest -k 2 -N teardown_long -n $((cycles * 2)) -s "$first_seed" -c 1 && unload
 else
 	say "not ok 2 teardown_long # insmod failed"
 fi
