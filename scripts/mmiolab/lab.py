@@ -356,8 +356,9 @@ def run_booted(command: str, files: dict[str, str | bytes], options: vm.VMConfig
                log_dir: str) -> vm.RunResult:
     """vm.run, booted once more if the guest died before the job started:
     nothing of the submission had run. Seen under TCG as a rare int3 oops
-    while the boot patches a static key (the trace events of
-    vm.RECORD_APPEND); the first console log is kept beside the second."""
+    while the boot patched kernel text with the other vCPUs running (a
+    static key, before the lab kernel dropped jump labels:
+    vm/kernel.config); the first console log is kept beside the second."""
     res = vm.run(command, files=files, cfg=options, log_dir=log_dir)
     if res.status != "exited" and res.boot_seconds is None:
         os.replace(res.log, res.log + ".boot-failure")
