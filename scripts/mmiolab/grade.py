@@ -23,7 +23,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -209,9 +210,11 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
         return r
 
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures: list[Future[model.GradeResult]] = []
     try:
-        for r in pool.map(one, todo):
-            results.append(r)
+        futures.extend(pool.submit(one, item) for item in todo)
+        for fut in futures:
+            results.append(_result_heeding_signals(fut))
     except KeyboardInterrupt:
         # Ctrl-C reaches this thread alone: start no submission that has not
         # begun, end the guests the workers wait on (vm.stop_guests: those
@@ -223,8 +226,26 @@ def grade_batch(spec: LabSpec, entries: list[tuple[str, str]], opts: GradeOption
                  f"{len(todo)}")
         pool.shutdown(wait=True)
         raise
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
     pool.shutdown()
     return results
+
+
+def _result_heeding_signals(fut: Future[model.GradeResult]) -> model.GradeResult:
+    """fut.result(), waited for in short slices. Python runs a signal's
+    handler (Ctrl-C's KeyboardInterrupt) in the main thread between bytecodes;
+    a signal that lands just before that thread blocks in a lock wait with no
+    timeout is acted on only when the wait ends, which for a grade can be
+    minutes (seen once in make check: the suite's Ctrl-C test waited out its
+    300 s guests)."""
+    while True:
+        try:
+            return fut.result(timeout=0.5)
+        except FutureTimeout:
+            continue
 
 
 def _stale(results_json: str, key: dict[str, object]) -> str:
